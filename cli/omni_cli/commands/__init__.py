@@ -1,0 +1,1 @@
+"""One module per command (group). Modules import nothing heavy at the top."""

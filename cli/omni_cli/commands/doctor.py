@@ -1,0 +1,121 @@
+"""``omni doctor``: what omni sees on this machine, every problem, and the fix for each."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform as _platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import typer
+
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, table
+
+#: a plugin whose hook module takes longer than this to import is reported as slow
+SLOW_HOOK_IMPORT_S = 0.5
+#: a lazily imported implementation slower than this is reported as slow
+SLOW_REF_IMPORT_S = 5.0
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Check the environment, platform and every plugin; exit 1 if anything needs fixing."""
+    from omni_core import PLUGIN_API_VERSION, __version__
+    from omni_core.config import Settings
+    from omni_core.platforms import explain_platform
+    from omni_core.plugins import load_plugins
+    from omni_core.state import HealthStore
+
+    settings = Settings.from_env()
+    # Doctor reports problems rather than stopping at the first, strict mode or not.
+    plugin_set = load_plugins(dataclasses.replace(settings, strict=False))
+    problems: list[dict[str, str]] = []
+
+    report: dict[str, Any] = {
+        "python": {"version": _platform.python_version(), "executable": sys.executable},
+        "omni": {"core": __version__, "cli": _version("omni-cli"), "plugin_api": PLUGIN_API_VERSION},
+        "torch": _version("torch"),
+        "settings": {
+            "strict": settings.strict,
+            "safe_mode": settings.safe_mode,
+            "forced_platform": settings.platform,
+            "config": str(settings.config_path),
+        },
+    }
+
+    choice, explanation = explain_platform(plugin_set)
+    report["platform"] = explanation.to_dict()
+    for c in explanation.failures:
+        problems.append({"problem": f"platform probe {c.name!r} failed: {c.reason}", "fix": f"fix or disable the plugin providing it ({c.provider})"})
+    if choice is None:
+        problems.append({"problem": explanation.rule, "fix": "install a platform plugin, or set OMNI_PLATFORM"})
+    else:
+        try:
+            report["hardware"] = choice.instantiate().facts()
+        except Exception as exc:
+            problems.append({"problem": f"platform {choice.name!r} failed to describe the hardware: {type(exc).__name__}: {exc}", "fix": f"reinstall {choice.entry.provider.distribution}"})
+
+    plugins = []
+    for r in plugin_set.records:
+        plugins.append({"name": r.name, "distribution": r.distribution, "version": r.version, "status": r.status.value, "reason": r.reason, "fix": r.fix, "import_seconds": r.import_seconds})
+        if r.status.is_problem:
+            problems.append({"problem": r.problem(), "fix": r.fix})
+        elif r.import_seconds is not None and r.import_seconds > SLOW_HOOK_IMPORT_S:
+            problems.append({"problem": f"plugin {r.name!r} takes {r.import_seconds:.2f} s to import its hook module", "fix": "move heavy imports out of the hook module: register 'module:attr' references instead"})
+        for w in r.warnings:
+            if w.startswith("unknown hook"):
+                problems.append({"problem": f"plugin {r.name!r}: {w}", "fix": "rename it to a hook in omni_core.hookspecs"})
+    report["plugins"] = plugins
+    for c in plugin_set.conflicts:
+        problems.append({"problem": c.message(), "fix": f"omni plugins pin {c.kind.value} {c.name} DISTRIBUTION"})
+    store = HealthStore(settings.cache_dir)
+    for r in plugin_set.records:
+        for ref, seconds in ((store.lookup(r.distribution, r.version, r.name) or {}).get("imports") or {}).items():
+            if isinstance(seconds, float) and seconds > SLOW_REF_IMPORT_S and ref != r.module:
+                problems.append({"problem": f"{ref} (plugin {r.name!r}) took {seconds:.1f} s to import", "fix": "expected for large libraries; otherwise defer imports inside it"})
+    report["notes"] = plugin_set.notes
+    report["problems"] = problems
+
+    if as_json:
+        emit_json(report)
+    else:
+        _print(report)
+    if problems:
+        raise typer.Exit(EXIT_STRICT if settings.strict else EXIT_PROBLEMS)
+
+
+def _print(report: dict[str, Any]) -> None:
+    echo = typer.echo
+    echo(f"python      {report['python']['version']}  ({report['python']['executable']})")
+    o = report["omni"]
+    echo(f"omni        core {o['core']}, cli {o['cli']}, plugin API {o['plugin_api']}")
+    echo(f"torch       {report['torch'] or 'not installed'}")
+    s = report["settings"]
+    flags = [n for n in ("strict", "safe_mode") if s[n]]
+    echo(f"config      {s['config']}" + (f"  [{', '.join(flags)}]" if flags else ""))
+    echo("")
+    from omni_core.selection import Explanation, Outcome
+
+    exp = Explanation(report["platform"]["subject"], winner=report["platform"]["winner"], rule=report["platform"]["rule"])
+    for c in report["platform"]["candidates"]:
+        exp.add(c["name"], Outcome(c["outcome"]), c["reason"], c["provider"])
+    echo(exp.render())
+    for key, value in (report.get("hardware") or {}).items():
+        echo(f"    {key}: {value}")
+    echo("")
+    rows = [(p["name"], p["distribution"], p["version"], p["status"], "" if p["import_seconds"] is None else f"{p['import_seconds'] * 1000:.0f} ms") for p in report["plugins"]]
+    echo(table(("plugin", "distribution", "version", "status", "hook import"), rows) if rows else "no plugins installed")
+    for note in report["notes"]:
+        echo(f"note: {note}")
+    echo("")
+    if not report["problems"]:
+        echo("no problems found")
+    for i, p in enumerate(report["problems"], 1):
+        echo(f"problem {i}: {p['problem']}\n  fix: {p['fix'] or '-'}")

@@ -1,0 +1,80 @@
+"""What is installed, as the recovery commands see it: manifests plus remembered load health.
+
+Reads declared metadata only (no plugin code, no torch) unless asked to load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_core.config import Settings
+from omni_core.conflicts import Conflict, Offer, resolve
+from omni_core.discovery import PluginRecord, Status, discover, extension_filtered
+from omni_core.kinds import Kind
+from omni_core.state import HealthStore
+
+
+@dataclass
+class Inventory:
+    settings: Settings
+    records: list[PluginRecord]
+    conflicts: list[Conflict]
+    loaded: bool
+    #: last load outcome per plugin name, for plugins not loaded in this process
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def effective_status(self, record: PluginRecord) -> tuple[str, str, str]:
+        """(status, reason, fix), taking the last remembered load into account."""
+        if record.status is Status.OK and not record.loaded:
+            last = self.health.get(record.name)
+            if last and last.get("status") not in (None, Status.OK.value):
+                return last["status"], f"{last.get('reason', '')} (last load {last.get('checked_at', '?')})", last.get("fix", "")
+        return record.status.value, record.reason, record.fix
+
+    def problems(self) -> list[str]:
+        found = []
+        for r in self.records:
+            status, reason, _ = self.effective_status(r)
+            if status not in (Status.OK.value, Status.DISABLED.value):
+                found.append(f"plugin {r.name!r} from {r.distribution} {r.version}: {status}: {reason}")
+        return found + [c.message() for c in self.conflicts]
+
+    def record_dict(self, record: PluginRecord) -> dict[str, Any]:
+        data = record.to_dict()
+        status, reason, fix = self.effective_status(record)
+        data.update(status=status, reason=reason, fix=fix, loaded=record.loaded)
+        last = self.health.get(record.name)
+        data["last_load"] = last
+        data["conflicts"] = [
+            c.to_dict() for c in self.conflicts if any(o.plugin == record.name for o in c.offers)
+        ]
+        return data
+
+
+def take_inventory(load: bool = False) -> Inventory:
+    """Discover plugins. With ``load=True`` import them now (isolated) for real outcomes."""
+    settings = Settings.from_env()
+    if load:
+        from omni_core.plugins import load_plugins
+
+        plugin_set = load_plugins(settings)  # raises PluginLoadError in strict mode
+        return Inventory(settings, plugin_set.records, plugin_set.conflicts, loaded=True)
+
+    records = discover(settings)
+    store = HealthStore(settings.cache_dir)
+    health = {}
+    for r in records:
+        last = store.lookup(r.distribution, r.version, r.name)
+        if last:
+            health[r.name] = last
+    offers = [
+        Offer(d.kind, d.name, d.priority, r.name, r.distribution, r.version, d)
+        for r in records
+        if r.status is Status.OK and r.manifest is not None
+        for d in r.manifest.provides
+        if (not r.platforms_only or d.kind is Kind.PLATFORM)
+        and extension_filtered(d.kind, d.name, settings) is None
+    ]
+    conflicts = resolve(offers, settings.pins).conflicts
+    return Inventory(settings, records, conflicts, loaded=False, health=health)

@@ -1,0 +1,123 @@
+"""The ``omni`` entry point: built-in commands plus the commands plugins declare.
+
+Plugin commands are added from declared metadata (the manifests), so ``omni --help`` imports
+no plugin code; a plugin is loaded only when one of its commands runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import typer
+
+from omni_cli.commands import doctor, explain, install, new_plugin, plugins
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT
+
+app = typer.Typer(
+    name="omni",
+    help="Serve omni-modality models (text, speech, image, video) through pip-installable plugins.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from omni_core import PLUGIN_API_VERSION, __version__
+
+        typer.echo(f"omni {__version__} (plugin API {PLUGIN_API_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
+    ),
+    safe_mode: bool = typer.Option(False, "--safe-mode", help="Load built-in plugins only (OMNI_SAFE_MODE=1)."),
+    strict: bool = typer.Option(False, "--strict", help="Treat any plugin problem as an error (OMNI_STRICT_PLUGINS=1)."),
+) -> None:
+    if safe_mode:
+        os.environ["OMNI_SAFE_MODE"] = "1"
+    if strict:
+        os.environ["OMNI_STRICT_PLUGINS"] = "1"
+
+
+app.add_typer(plugins.app, name="plugins")
+app.add_typer(explain.app, name="explain")
+app.command("doctor")(doctor.doctor)
+app.command("install")(install.install)
+app.command("uninstall")(install.uninstall)
+app.command("new-plugin")(new_plugin.new_plugin)
+
+BUILTIN_COMMANDS = frozenset({"plugins", "explain", "doctor", "install", "uninstall", "new-plugin"})
+
+
+def _plugin_command(name: str, help_text: str) -> Any:
+    def run(ctx: typer.Context) -> None:
+        from omni_core.plugins import get_plugins
+
+        target = get_plugins().commands.load(name)
+        if isinstance(target, typer.Typer):
+            command = typer.main.get_command(target)
+        elif callable(target):
+            wrapper = typer.Typer(add_completion=False)
+            wrapper.command(name)(target)
+            command = typer.main.get_command(wrapper)
+        else:
+            raise TypeError(f"command {name!r} refers to {type(target).__name__}, not a Typer app or function")
+        command.main(args=ctx.args, prog_name=f"omni {name}")
+
+    run.__doc__ = help_text
+    return run
+
+
+def add_plugin_commands(target: typer.Typer) -> None:
+    """Add every declared command of the enabled plugins, without importing them."""
+    from omni_core.config import Settings
+    from omni_core.discovery import Status, discover, extension_filtered
+    from omni_core.kinds import Kind
+
+    try:
+        settings = Settings.from_env()
+        records = discover(settings)
+    except Exception as exc:  # a bad config file must not take --help down
+        typer.echo(f"warning: plugin commands unavailable: {exc}", err=True)
+        return
+    seen: set[str] = set()
+    for record in records:
+        if record.status is not Status.OK or record.platforms_only or record.manifest is None:
+            continue
+        for declared in record.manifest.of_kind(Kind.COMMAND):
+            key = declared.name.casefold()
+            if key in BUILTIN_COMMANDS or key in seen or extension_filtered(Kind.COMMAND, declared.name, settings):
+                continue
+            seen.add(key)
+            help_text = str(declared.fields.get("help", "")) + f"  [plugin: {record.name}]"
+            target.command(
+                declared.name,
+                help=help_text,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+            )(_plugin_command(declared.name, help_text))
+
+
+def main() -> None:
+    from omni_core.errors import OmniError, PluginLoadError
+
+    add_plugin_commands(app)
+    try:
+        app()
+    except PluginLoadError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_STRICT)
+    except OmniError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_PROBLEMS)
+
+
+if __name__ == "__main__":
+    main()

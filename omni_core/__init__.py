@@ -1,0 +1,17 @@
+"""omni core: the plugin contract, discovery, typed registries and explainable selection.
+
+``import omni_core`` is cheap and never imports torch, vllm, diffusers or a web framework.
+
+* :mod:`omni_core.hookspecs` - the hooks a plugin implements (the contract, documented)
+* :mod:`omni_core.manifest` - the ``omni_plugin.toml`` every plugin ships
+* :mod:`omni_core.discovery` - finding plugins without importing them
+* :mod:`omni_core.plugins` - loading them in isolation into typed registries
+* :mod:`omni_core.platforms`, :mod:`omni_core.attention` - base classes for those kinds
+* :mod:`omni_core.testing` - the conformance kit for plugin authors
+"""
+
+from omni_core._version import PLUGIN_API_VERSION, __version__
+from omni_core.hookspecs import hookimpl
+from omni_core.kinds import Kind
+
+__all__ = ["PLUGIN_API_VERSION", "Kind", "__version__", "hookimpl"]

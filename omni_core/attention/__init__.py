@@ -1,0 +1,143 @@
+"""The attention call contract every backend implements.
+
+Layout: ``query``, ``key``, ``value`` and the output are ``(batch, seq, heads, head_dim)``.
+``key``/``value`` may have fewer heads than ``query`` (GQA/MQA) when the backend declares
+``supports_gqa``; ``num_heads`` must be a multiple of ``num_kv_heads``. ``softmax_scale``
+defaults to ``head_dim ** -0.5``. ``causal`` masks future keys (aligned to the end when
+q and k lengths differ). ``metadata.attn_mask`` is a boolean mask (True = attend) or an
+additive float mask, broadcastable to ``(batch, heads, seq_q, seq_k)``. Variable-length
+batches pass ``cu_seqlens_q``/``cu_seqlens_k`` in ``metadata.extra``.
+
+An implementation is built once per layer from ``(num_heads, head_size, softmax_scale,
+causal, num_kv_heads, prefix)``; ``prefix`` is the layer's role name (``"self"``,
+``"cross"``, ``"ltx2.audio_to_video"``) used for per-role selection.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from omni_core.platforms import Platform
+
+
+@dataclass
+class AttentionMetadata:
+    attn_mask: Any = None
+    #: backend-specific extras: ``cu_seqlens_q/k``, ``max_seqlen_q/k``, ...
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str
+
+
+class AttentionImpl(abc.ABC):
+    """One layer's attention, built by :meth:`AttentionBackend.create`."""
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        num_kv_heads: int | None = None,
+        prefix: str = "",
+    ) -> None:
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads <= 0 or head_size <= 0 or num_kv_heads <= 0:
+            raise ValueError("num_heads, head_size and num_kv_heads must be positive")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.num_kv_heads = num_kv_heads
+        self.softmax_scale = head_size**-0.5 if softmax_scale is None else softmax_scale
+        self.causal = causal
+        self.prefix = prefix
+
+    @abc.abstractmethod
+    def forward(self, query: Any, key: Any, value: Any, metadata: AttentionMetadata | None = None) -> Any:
+        """Attention over ``(batch, seq, heads, head_dim)`` tensors; returns the query's shape."""
+
+
+class AttentionBackend(abc.ABC):
+    """A named attention kernel and what it supports. Registered through
+    ``omni_register_attention_backends``; never instantiated, only asked and ``create``-d."""
+
+    name: ClassVar[str]
+    supported_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
+    #: head sizes it accepts; empty means any
+    supported_head_sizes: ClassVar[tuple[int, ...]] = ()
+    supports_mask: ClassVar[bool] = False
+    supports_causal: ClassVar[bool] = True
+    supports_gqa: ClassVar[bool] = False
+    supports_varlen: ClassVar[bool] = False
+    #: device types it runs on; empty means any
+    device_types: ClassVar[tuple[str, ...]] = ()
+    #: import names of the packages it needs (checked with find_spec, not imported)
+    required_packages: ClassVar[tuple[str, ...]] = ()
+    #: lossy backends (quantised kernels) are never chosen automatically
+    lossy: ClassVar[bool] = False
+
+    @classmethod
+    def availability(cls, platform: Platform) -> Availability:
+        """Whether it can run on ``platform`` here, and if not, why (without importing kernels)."""
+        if cls.device_types and platform.device_type not in cls.device_types:
+            return Availability(False, f"runs on {'/'.join(cls.device_types)}, not {platform.device_type}")
+        missing = [p for p in cls.required_packages if importlib.util.find_spec(p) is None]
+        if missing:
+            return Availability(False, f"package(s) not installed: {', '.join(missing)}")
+        return Availability(True, "available")
+
+    @classmethod
+    @abc.abstractmethod
+    def impl_class(cls) -> type[AttentionImpl]:
+        """The per-layer implementation class (imported here, so heavy imports stay lazy)."""
+
+    @classmethod
+    def create(
+        cls,
+        num_heads: int,
+        head_size: int,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        num_kv_heads: int | None = None,
+        prefix: str = "",
+    ) -> AttentionImpl:
+        if cls.supported_head_sizes and head_size not in cls.supported_head_sizes:
+            raise ValueError(
+                f"{cls.name} supports head sizes {list(cls.supported_head_sizes)}, not {head_size}"
+            )
+        if causal and not cls.supports_causal:
+            raise ValueError(f"{cls.name} does not support causal attention")
+        if num_kv_heads not in (None, num_heads) and not cls.supports_gqa:
+            raise ValueError(f"{cls.name} does not support grouped-query attention")
+        return cls.impl_class()(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
+
+
+def contract_problems(backend: Any) -> list[str]:
+    """Ways ``backend`` breaks the contract; empty when it holds. Used by the conformance kit,
+    since backends are asked, not instantiated, so a missing method would go unnoticed."""
+    if not (isinstance(backend, type) and issubclass(backend, AttentionBackend)):
+        return [f"{backend!r} is not a subclass of omni_core.attention.AttentionBackend"]
+    problems = []
+    if not isinstance(getattr(backend, "name", None), str):
+        problems.append("class attribute 'name' must be a string")
+    if getattr(backend, "__abstractmethods__", None):
+        problems.append(f"abstract methods not implemented: {sorted(backend.__abstractmethods__)}")
+    else:
+        impl = backend.impl_class()
+        if not (isinstance(impl, type) and issubclass(impl, AttentionImpl)):
+            problems.append("impl_class() must return an AttentionImpl subclass")
+        elif getattr(impl, "__abstractmethods__", None):
+            problems.append(f"{impl.__name__} leaves {sorted(impl.__abstractmethods__)} unimplemented")
+    for attr in ("supported_dtypes", "supported_head_sizes", "device_types", "required_packages"):
+        if not isinstance(getattr(backend, attr, None), tuple):
+            problems.append(f"class attribute {attr!r} must be a tuple")
+    return problems

@@ -1,0 +1,219 @@
+"""Find installed plugins through one entry-point group, reading only their declared metadata.
+
+Nothing here imports plugin code (or torch): this is what ``omni plugins list`` runs.
+A plugin distribution declares itself in its ``pyproject.toml``::
+
+    [project.entry-points."omni.plugins"]
+    cpu = "omni_plugin_cpu.hooks"     # plugin name = module holding the hook implementations
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from omni_core._version import PLUGIN_API_VERSION
+from omni_core.config import Settings, normalize_dist
+from omni_core.errors import ManifestError
+from omni_core.kinds import Kind
+from omni_core.manifest import Manifest, read_manifest
+
+ENTRY_POINT_GROUP = "omni.plugins"
+
+#: Distributions that ``OMNI_SAFE_MODE=1`` still loads: the embedded default that ships with omni.
+BUILTIN_DISTRIBUTIONS = frozenset({"omni-plugin-cpu"})
+
+
+class Status(str, enum.Enum):
+    """Where a plugin stands. Everything but ``ok`` means it contributes nothing."""
+
+    OK = "ok"
+    DISABLED = "disabled"  # filtered out on purpose (safe mode, deny or allow lists)
+    INCOMPATIBLE = "incompatible"  # its omni_api range excludes this core
+    INVALID_MANIFEST = "invalid-manifest"
+    DUPLICATE_NAME = "duplicate-name"  # two distributions use the same plugin name
+    IMPORT_FAILED = "import-failed"
+    HOOK_FAILED = "hook-failed"
+    METADATA_MISMATCH = "metadata-mismatch"  # registered something other than it declared
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_problem(self) -> bool:
+        """A problem is something broken; a plugin disabled on purpose is not one."""
+        return self not in (Status.OK, Status.DISABLED)
+
+
+@dataclass
+class PluginRecord:
+    """One discovered plugin, its declared metadata and its current status."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    manifest: Manifest | None = None
+    status: Status = Status.OK
+    reason: str = ""
+    fix: str = ""
+    #: left out by OMNI_PLUGINS, but still contributes its platforms (see omni_core.config)
+    platforms_only: bool = False
+    #: set when the plugin was imported in this process
+    loaded: bool = False
+    import_seconds: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def builtin(self) -> bool:
+        return normalize_dist(self.distribution) in BUILTIN_DISTRIBUTIONS
+
+    @property
+    def provider(self) -> str:
+        return f"{self.distribution} {self.version} (plugin {self.name!r})"
+
+    def fail(self, status: Status, reason: str, fix: str = "") -> None:
+        self.status, self.reason, self.fix = status, reason, fix
+
+    def problem(self) -> str:
+        return f"plugin {self.name!r} from {self.distribution} {self.version}: {self.status}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        provides = []
+        if self.manifest is not None:
+            provides = [
+                {"kind": d.kind.value, "name": d.name, "ref": d.ref, "priority": d.priority, **d.fields}
+                for d in self.manifest.provides
+            ]
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "module": self.module,
+            "builtin": self.builtin,
+            "status": self.status.value,
+            "reason": self.reason,
+            "fix": self.fix,
+            "platforms_only": self.platforms_only,
+            "omni_api": self.manifest.omni_api if self.manifest else None,
+            "description": self.manifest.description if self.manifest else "",
+            "requires_hardware": list(self.manifest.requires_hardware) if self.manifest else [],
+            "provides": provides,
+            "warnings": list(self.warnings),
+        }
+
+
+def api_compatible(spec: str) -> bool:
+    """Whether a plugin's ``omni_api`` range admits this core's plugin API version."""
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(spec).contains(PLUGIN_API_VERSION, prereleases=True)
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    seen: set[tuple[str, str]] = set()
+    found = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        key = (normalize_dist(dist), ep.name)
+        if key in seen:  # the same distribution visible twice on sys.path
+            continue
+        seen.add(key)
+        found.append(ep)
+    return found
+
+
+def discover(settings: Settings) -> list[PluginRecord]:
+    """Every installed plugin with its manifest and the status knowable without importing it."""
+    records: list[PluginRecord] = []
+    for ep in _entry_points():
+        dist = ep.dist
+        record = PluginRecord(
+            name=ep.name,
+            module=ep.value,
+            distribution=dist.name if dist is not None else "unknown",
+            version=dist.version if dist is not None else "?",
+        )
+        records.append(record)
+        try:
+            record.manifest = read_manifest(ep.value)
+        except ManifestError as exc:
+            record.fail(
+                Status.INVALID_MANIFEST,
+                str(exc),
+                f"reinstall or fix {record.distribution}; `omni plugins disable {record.name}` skips it",
+            )
+            continue
+        _apply_api_range(record)
+    _flag_duplicate_names(records)
+    for record in records:
+        if record.status is Status.OK:
+            _apply_filters(record, settings)
+    return sorted(records, key=lambda r: (r.name, r.distribution))
+
+
+def _apply_api_range(record: PluginRecord) -> None:
+    assert record.manifest is not None
+    try:
+        ok = api_compatible(record.manifest.omni_api)
+    except Exception:
+        record.fail(
+            Status.INVALID_MANIFEST,
+            f"omni_api {record.manifest.omni_api!r} is not a version range",
+            'write a range such as omni_api = ">=1.0,<2"',
+        )
+        return
+    if not ok:
+        record.fail(
+            Status.INCOMPATIBLE,
+            f"supports omni plugin API {record.manifest.omni_api}, this core provides {PLUGIN_API_VERSION}",
+            f"upgrade the plugin (pip install -U {record.distribution}) or install a matching omni-core",
+        )
+
+
+def _flag_duplicate_names(records: list[PluginRecord]) -> None:
+    by_name: dict[str, list[PluginRecord]] = {}
+    for r in records:
+        by_name.setdefault(r.name.casefold(), []).append(r)
+    for group in by_name.values():
+        if len(group) < 2:
+            continue
+        providers = ", ".join(f"{r.distribution} {r.version}" for r in group)
+        for r in group:
+            r.fail(
+                Status.DUPLICATE_NAME,
+                f"plugin name {r.name!r} is used by several distributions: {providers}",
+                "uninstall all but one of them (`omni uninstall DIST`)",
+            )
+
+
+def _apply_filters(record: PluginRecord, settings: Settings) -> None:
+    name = record.name.casefold()
+    if settings.safe_mode and not record.builtin:
+        record.fail(Status.DISABLED, "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only")
+    elif name in settings.deny_plugins:
+        record.fail(
+            Status.DISABLED,
+            "disabled by OMNI_DISABLE_PLUGINS or `omni plugins disable`",
+            f"`omni plugins enable {record.name}`",
+        )
+    elif settings.allow_plugins is not None and name not in settings.allow_plugins:
+        assert record.manifest is not None
+        if record.manifest.of_kind(Kind.PLATFORM):
+            record.platforms_only = True
+            record.warnings.append("not in OMNI_PLUGINS: contributes its platforms only")
+        else:
+            record.fail(Status.DISABLED, "not in OMNI_PLUGINS", f"add {record.name} to OMNI_PLUGINS")
+
+
+def extension_filtered(kind: Kind, name: str, settings: Settings) -> str | None:
+    """Why a per-kind allow/deny list removes ``name``, or None when it stays."""
+    key = name.casefold()
+    if key in settings.deny_by_kind.get(kind, frozenset()):
+        return f"removed by {kind.deny_env}"
+    allow = settings.allow_by_kind.get(kind)
+    if allow is not None and key not in allow:
+        return f"not in {kind.allow_env}"
+    return None

@@ -1,0 +1,152 @@
+"""The omni plugin contract. This file is the documentation of every hook.
+
+A plugin is a distribution with an entry point in the ``omni.plugins`` group pointing at a
+module of hook implementations, plus an ``omni_plugin.toml`` manifest declaring what those
+hooks register (see :mod:`omni_core.manifest`)::
+
+    from omni_core import hookimpl
+
+    @hookimpl
+    def omni_register_platforms(registry):
+        registry.register("cpu", "my_plugin.platform:CpuPlatform",
+                          probe="my_plugin.platform:probe", priority=-100)
+
+Rules that hold for every ``omni_register_*`` hook:
+
+* **When:** once per process, the first time anything asks for plugins (``omni`` commands
+  other than the recovery ones, ``Omni(...)``, a stage process starting). Every process
+  registers for itself, so spawned workers see the same plugins.
+* **What it receives:** a typed registrar bound to this plugin. Call ``registry.register``
+  once per name. Registrations are validated at once; a bad one raises and the plugin is
+  skipped as a whole.
+* **Returns:** nothing. The core owns validation, conflicts (pin > priority > error) and
+  laziness: ``ref`` strings are imported only on first use, so hook modules must import
+  nothing heavy (no torch, no vendor SDK, no driver calls).
+* **Must match the manifest:** everything registered must be declared in
+  ``omni_plugin.toml`` with the same fields, and everything declared must be registered.
+  Otherwise the plugin is reported as ``metadata-mismatch`` and skipped.
+* **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
+  keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error.
+
+Implementations may accept a subset of a hook's arguments, so hooks can grow new arguments
+without breaking old plugins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:  # the registrars import pydantic; this module stays import-light
+    from omni_core.registry import (
+        AttentionBackendRegistrar,
+        CommandRegistrar,
+        ConnectorRegistrar,
+        ModelRegistrar,
+        OffloaderRegistrar,
+        PlatformRegistrar,
+        TTSAdapterRegistrar,
+    )
+    from omni_core.runtime_config import OmniConfig
+
+PROJECT_NAME = "omni"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: Decorate hook implementations in a plugin with this marker.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def omni_register_platforms(registry: PlatformRegistrar) -> None:
+    """Register hardware platforms.
+
+    Each registration names a :class:`omni_core.platforms.Platform` subclass (``ref``) and a
+    *probe* (``probe="module:function"``) that answers "is this hardware here?" as a
+    :class:`omni_core.platforms.ProbeResult` (a bool is accepted). Probes run at selection
+    time, must not import torch or initialise a driver (look for device files, libraries or
+    environment), and may raise: the error is recorded and shown by ``omni doctor``, never
+    turned into a silent fallback. Exactly one platform wins: ``OMNI_PLATFORM`` forces one,
+    otherwise the highest ``priority`` among the probes that claim the machine; a tie is an error.
+    """
+
+
+@hookspec
+def omni_register_attention_backends(registry: AttentionBackendRegistrar) -> None:
+    """Register attention backends by name (``TORCH_SDPA``, ``FLASH_ATTN``, ...).
+
+    ``ref`` names an :class:`omni_core.attention.AttentionBackend` subclass, which declares
+    what it supports and whether it can run here. A vendor maps a shared name to its own
+    kernel by registering that name with ``device_types`` set and a higher ``priority``.
+    """
+
+
+@hookspec
+def omni_register_models(registry: ModelRegistrar) -> None:
+    """Register model families.
+
+    ``architectures`` and ``model_types`` say which checkpoints the family serves (the
+    ``model_index.json`` ``_class_name``, the HF ``architectures`` or ``model_type``);
+    ``aliases`` keeps old names resolving. ``ref`` is imported only when the model is used.
+    """
+
+
+@hookspec
+def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
+    """Register text-to-speech adapters.
+
+    ``stage_keys`` and ``model_archs`` drive detection (an architecture match beats a stage
+    key); ``detect_priority`` orders detection, lower first. Two adapters with the same
+    ``detect_priority`` that can match the same model are an error at startup.
+    """
+
+
+@hookspec
+def omni_register_connectors(registry: ConnectorRegistrar) -> None:
+    """Register connectors that move payloads between stage processes.
+
+    ``ref`` is a constructor taking the connector's ``extra`` config dict. Connectors are
+    transport only: they never choose the next stage.
+    """
+
+
+@hookspec
+def omni_register_offloaders(registry: OffloaderRegistrar) -> None:
+    """Register memory offload strategies (model-level, layer-wise, ...).
+
+    ``ref`` is the strategy class. Exactly one strategy is active at a time; each declares
+    what it cannot be combined with, checked before anything is moved.
+    """
+
+
+@hookspec
+def omni_register_commands(registry: CommandRegistrar) -> None:
+    """Register ``omni`` CLI commands.
+
+    ``ref`` is a Typer app (added as a command group) or a function (added as a command);
+    ``help`` is the one-line summary shown by ``omni --help``, which reads it from the
+    manifest without importing the plugin.
+    """
+
+
+@hookspec(historic=True)
+def omni_configure(config: OmniConfig) -> None:
+    """Called once after every plugin has registered and the registries are resolved.
+
+    Receives the resolved :class:`omni_core.runtime_config.OmniConfig` (read it; do not
+    register from here). Historic: a plugin registered later is called too. Use it for
+    one-time setup that depends on the final configuration, such as logging or warnings.
+    Exceptions are recorded against the plugin like any other hook failure.
+    """
+
+
+#: Registration hooks by kind, in the order they are called.
+REGISTRATION_HOOKS = (
+    "omni_register_platforms",
+    "omni_register_attention_backends",
+    "omni_register_models",
+    "omni_register_tts_adapters",
+    "omni_register_connectors",
+    "omni_register_offloaders",
+    "omni_register_commands",
+)

@@ -1,0 +1,260 @@
+"""The platform interface: one class of answers about the hardware.
+
+Nothing outside a platform plugin asks ``torch.cuda`` (or any vendor module) anything; it asks
+:func:`current_platform`. This module imports no torch: plugins import the base class freely,
+and detection runs only on first access.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from omni_core.errors import OmniError, PlatformSelectionError
+from omni_core.selection import Explanation, Outcome
+
+if TYPE_CHECKING:
+    from omni_core.plugins import PluginSet
+    from omni_core.registry import PlatformSpec, Registered
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A probe's answer: does this platform's hardware exist here, and how it knows."""
+
+    claims: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    free_bytes: int
+    total_bytes: int
+
+
+class Platform(abc.ABC):
+    """Everything hardware-specific the rest of omni needs. Subclass it in a platform plugin.
+
+    Methods that need the device (and so torch or a vendor SDK) import it inside the method:
+    constructing a platform object is cheap and touches no driver.
+    """
+
+    #: registry name, e.g. ``"cuda"``
+    name: ClassVar[str]
+    #: torch device type, e.g. ``"cuda"``, ``"cpu"``, ``"npu"``, ``"xpu"``
+    device_type: ClassVar[str]
+    #: environment variable that restricts visible devices, if the vendor has one
+    visible_devices_env: ClassVar[str | None] = None
+    #: whether weights can be parked in host memory and moved in on use
+    supports_offload: ClassVar[bool] = False
+    #: device<->host copies must be blocking (an allocator that cannot evict during async copies)
+    blocking_offload_copies: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """Number of devices of this type visible to the process."""
+
+    def device(self, local_rank: int = 0) -> Any:
+        """The ``torch.device`` a worker of this local rank computes on."""
+        import torch
+
+        return torch.device(self.device_type, local_rank)
+
+    @abc.abstractmethod
+    def device_name(self, index: int = 0) -> str:
+        """Human-readable model of the device, e.g. ``NVIDIA H200``."""
+
+    @abc.abstractmethod
+    def memory_info(self, index: int = 0) -> MemoryInfo:
+        """Free and total memory of one device, in bytes."""
+
+    @abc.abstractmethod
+    def supported_dtypes(self) -> tuple[str, ...]:
+        """Floating dtypes the device computes in, by torch name (``"bfloat16"``, ...)."""
+
+    def compute_capability(self, index: int = 0) -> tuple[int, int] | None:
+        """Vendor compute capability (CUDA ``(9, 0)``), or None where the idea does not apply."""
+        return None
+
+    def default_attention_chain(self, head_size: int | None = None) -> tuple[str, ...]:
+        """Attention backend names to try, in order, when none is chosen explicitly."""
+        return ("TORCH_SDPA",)
+
+    def autocast(self, dtype: str) -> contextlib.AbstractContextManager[Any]:
+        """A context in which matmuls run in ``dtype`` on this device."""
+        import torch
+
+        return torch.autocast(device_type=self.device_type, dtype=getattr(torch, dtype))
+
+    def seed_everything(self, seed: int) -> None:
+        """Seed every random generator that affects computation on this platform."""
+        import random
+
+        import torch
+
+        random.seed(seed)
+        torch.manual_seed(seed)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work to finish (a no-op where work is synchronous)."""
+
+    def facts(self) -> dict[str, Any]:
+        """What ``omni doctor`` prints about the hardware. Override to add driver facts."""
+        count = self.device_count()
+        facts: dict[str, Any] = {"platform": self.name, "device_type": self.device_type, "device_count": count}
+        if count:
+            mem = self.memory_info(0)
+            facts.update(
+                device_name=self.device_name(0),
+                memory_total_gib=round(mem.total_bytes / 2**30, 1),
+                memory_free_gib=round(mem.free_bytes / 2**30, 1),
+                compute_capability=self.compute_capability(0),
+            )
+        facts["supported_dtypes"] = list(self.supported_dtypes())
+        facts["default_attention_chain"] = list(self.default_attention_chain())
+        facts["supports_offload"] = self.supports_offload
+        return facts
+
+
+@dataclass
+class PlatformChoice:
+    entry: Registered[PlatformSpec]
+    explanation: Explanation
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def instantiate(self) -> Platform:
+        cls = self.entry.load()
+        if not (isinstance(cls, type) and issubclass(cls, Platform)):
+            raise PlatformSelectionError(
+                f"platform {self.name!r} from {self.entry.provider} refers to {self.entry.spec.ref!r}, "
+                "which is not a subclass of omni_core.platforms.Platform"
+            )
+        return cls()
+
+
+def _run_probe(entry: Registered[PlatformSpec]) -> ProbeResult:
+    from omni_core.lazy import LazyRef
+
+    probe = LazyRef(entry.spec.probe, owner=entry.provider.plugin).resolve()
+    result = probe()
+    if isinstance(result, bool):
+        return ProbeResult(result, "probe answered " + ("yes" if result else "no"))
+    if not isinstance(result, ProbeResult):
+        raise TypeError(f"probe returned {type(result).__name__}, expected ProbeResult or bool")
+    return result
+
+
+def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explanation]:
+    """Choose the platform and say why. Returns ``(None, explanation)`` when none can be chosen."""
+    registry = plugins.platforms
+    forced = plugins.settings.platform
+    explanation = Explanation("platform")
+    entries = list(registry)
+    if forced:
+        if forced not in registry:
+            for e in entries:
+                explanation.add(e.name, Outcome.REJECTED, f"OMNI_PLATFORM={forced} forces another", str(e.provider))
+            known = ", ".join(registry.names()) or "none"
+            explanation.rule = f"OMNI_PLATFORM={forced} names no installed platform (installed: {known})"
+            return None, explanation
+        winner = registry.get(forced)
+        for e in entries:
+            if e is winner:
+                explanation.add(e.name, Outcome.SELECTED, "forced", str(e.provider))
+            else:
+                explanation.add(e.name, Outcome.NOT_CONSIDERED, f"OMNI_PLATFORM={forced}", str(e.provider))
+        explanation.winner, explanation.rule = winner.name, f"forced by OMNI_PLATFORM or config platform={forced}"
+        return PlatformChoice(winner, explanation), explanation
+
+    claims: list[Registered[PlatformSpec]] = []
+    for e in entries:
+        try:
+            result = _run_probe(e)
+        except Exception as exc:
+            explanation.add(e.name, Outcome.FAILED, f"probe raised {type(exc).__name__}: {exc}", str(e.provider))
+            continue
+        if result.claims:
+            claims.append(e)
+            explanation.add(e.name, Outcome.REJECTED, f"claims: {result.reason} (priority {e.spec.priority})", str(e.provider))
+        else:
+            explanation.add(e.name, Outcome.REJECTED, f"does not claim: {result.reason}", str(e.provider))
+    if not claims:
+        explanation.rule = "no platform claims this machine; install omni-plugin-cpu or a vendor plugin"
+        return None, explanation
+    claims.sort(key=lambda e: -e.spec.priority)
+    top = [e for e in claims if e.spec.priority == claims[0].spec.priority]
+    if len(top) > 1:
+        names = " and ".join(f"{e.name} ({e.provider})" for e in top)
+        explanation.rule = (
+            f"only one platform can be active, but {names} claim this machine at priority "
+            f"{top[0].spec.priority}; choose with OMNI_PLATFORM=NAME"
+        )
+        return None, explanation
+    winner = claims[0]
+    for c in explanation.candidates:
+        if c.name == winner.name:
+            c.outcome = Outcome.SELECTED
+    rule = "only claimant" if len(claims) == 1 else f"highest priority ({winner.spec.priority}) among claimants"
+    explanation.winner, explanation.rule = winner.name, rule
+    return PlatformChoice(winner, explanation), explanation
+
+
+def select_platform(plugins: PluginSet) -> PlatformChoice:
+    """Exactly one platform, or :class:`PlatformSelectionError` that says why not.
+
+    In strict mode a probe that raised is an error even when another platform won."""
+    choice, explanation = explain_platform(plugins)
+    if choice is None:
+        raise PlatformSelectionError(explanation.rule + "\n" + explanation.render())
+    if plugins.settings.strict and explanation.failures:
+        failed = "; ".join(f"{c.name}: {c.reason}" for c in explanation.failures)
+        raise PlatformSelectionError(f"platform probe failed with OMNI_STRICT_PLUGINS=1: {failed}")
+    return choice
+
+
+_CURRENT: Platform | None = None
+
+
+def current_platform() -> Platform:
+    """The platform of this process, selected on first access and cached."""
+    global _CURRENT
+    if _CURRENT is None:
+        from omni_core.plugins import get_plugins
+
+        _CURRENT = select_platform(get_plugins()).instantiate()
+    return _CURRENT
+
+
+def reset_platform() -> None:
+    global _CURRENT
+    _CURRENT = None
+
+
+@contextlib.contextmanager
+def use_platform(platform: Platform) -> Iterator[Platform]:
+    """Temporarily make ``platform`` the current one (tests, benchmarks)."""
+    global _CURRENT
+    previous, _CURRENT = _CURRENT, platform
+    try:
+        yield platform
+    finally:
+        _CURRENT = previous
+
+
+__all__ = [
+    "MemoryInfo",
+    "OmniError",
+    "Platform",
+    "PlatformChoice",
+    "ProbeResult",
+    "current_platform",
+    "explain_platform",
+    "select_platform",
+    "use_platform",
+]

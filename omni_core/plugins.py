@@ -1,0 +1,327 @@
+"""Loading plugins: import each one in isolation, call its hooks one at a time, check what it
+registered against its manifest, then resolve every registry with the one conflict policy.
+
+A plugin that fails anywhere is skipped and recorded with the reason; the rest keep working.
+With ``OMNI_STRICT_PLUGINS=1`` every such problem raises :class:`PluginLoadError` instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import time
+import traceback
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, cast
+
+import pluggy
+
+from omni_core import hookspecs
+from omni_core.config import Settings
+from omni_core.conflicts import Conflict, Offer, resolve
+from omni_core.discovery import PluginRecord, Status, discover, extension_filtered
+from omni_core.errors import PluginLoadError, RegistrationError
+from omni_core.kinds import Kind
+from omni_core.lazy import IMPORT_TIMINGS
+from omni_core.manifest import Declared, Manifest
+from omni_core.registry import (
+    REGISTRAR_TYPES,
+    SPEC_TYPES,
+    AttentionBackendSpec,
+    CommandSpec,
+    ConnectorSpec,
+    ExtensionSpec,
+    ModelSpec,
+    OffloaderSpec,
+    PlatformSpec,
+    Provider,
+    Registrar,
+    Registry,
+    TTSAdapterSpec,
+)
+from omni_core.runtime_config import OmniConfig
+from omni_core.state import HealthStore
+
+_HOOK_KIND = {kind.hook_name: kind for kind in Kind}
+
+
+@dataclass
+class PluginSet:
+    """The loaded plugins of this process: their records and the resolved registries."""
+
+    settings: Settings
+    records: list[PluginRecord]
+    registries: dict[Kind, Registry[Any]]
+    conflicts: list[Conflict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    manager: pluggy.PluginManager | None = None
+
+    def registry(self, kind: Kind) -> Registry[Any]:
+        return self.registries[kind]
+
+    @property
+    def platforms(self) -> Registry[PlatformSpec]:
+        return self.registries[Kind.PLATFORM]
+
+    @property
+    def attention_backends(self) -> Registry[AttentionBackendSpec]:
+        return self.registries[Kind.ATTENTION_BACKEND]
+
+    @property
+    def models(self) -> Registry[ModelSpec]:
+        return self.registries[Kind.MODEL]
+
+    @property
+    def tts_adapters(self) -> Registry[TTSAdapterSpec]:
+        return self.registries[Kind.TTS_ADAPTER]
+
+    @property
+    def connectors(self) -> Registry[ConnectorSpec]:
+        return self.registries[Kind.CONNECTOR]
+
+    @property
+    def offloaders(self) -> Registry[OffloaderSpec]:
+        return self.registries[Kind.OFFLOADER]
+
+    @property
+    def commands(self) -> Registry[CommandSpec]:
+        return self.registries[Kind.COMMAND]
+
+    def record(self, name: str) -> PluginRecord:
+        for r in self.records:
+            if r.name.casefold() == name.casefold():
+                return r
+        raise KeyError(name)
+
+    def problems(self) -> list[str]:
+        """Every problem, one line each (disabled plugins are not problems)."""
+        found = [r.problem() for r in self.records if r.status.is_problem]
+        found += [c.message() for c in self.conflicts]
+        if self.settings.strict:
+            found += [f"plugin {r.name!r}: {w}" for r in self.records for w in r.warnings if "unknown hook" in w]
+        return found
+
+
+def load_plugins(settings: Settings | None = None) -> PluginSet:
+    """Discover, import and register every enabled plugin. Never raises for a broken plugin
+    unless strict mode is on."""
+    settings = settings if settings is not None else Settings.from_env()
+    records = discover(settings)
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+
+    offers: list[Offer] = []
+    for record in records:
+        if record.status is Status.OK:
+            offers += _load_one(record, manager)
+
+    config = OmniConfig(
+        strict=settings.strict,
+        safe_mode=settings.safe_mode,
+        platform=settings.platform,
+        plugins=tuple(r.name for r in records if r.status is Status.OK),
+    )
+    _configure(records, manager, config)
+    live = {r.name for r in records if r.status is Status.OK}
+    offers = [o for o in offers if o.plugin in live]
+
+    registries: dict[Kind, Registry[Any]] = {kind: Registry(kind) for kind in Kind}
+    kept: list[Offer] = []
+    for offer in offers:
+        why = extension_filtered(offer.kind, offer.name, settings)
+        if why is None:
+            kept.append(offer)
+        else:
+            registries[offer.kind].filtered[offer.name.casefold()] = why
+    resolution = resolve(kept, settings.pins)
+    for (kind, _), decision in resolution.decisions.items():
+        registries[kind].add(decision)
+    for conflict in resolution.conflicts:
+        registries[conflict.kind].conflicts[conflict.name.casefold()] = conflict
+
+    plugin_set = PluginSet(
+        settings=settings,
+        records=records,
+        registries=registries,
+        conflicts=resolution.conflicts,
+        notes=resolution.notes,
+        manager=manager,
+    )
+    _remember(plugin_set)
+    if settings.strict and plugin_set.problems():
+        raise PluginLoadError(plugin_set.problems())
+    return plugin_set
+
+
+def _load_one(record: PluginRecord, manager: pluggy.PluginManager) -> list[Offer]:
+    """Import one plugin and call its registration hooks; on any failure record it and
+    return nothing, leaving no trace of the plugin in the manager."""
+    start = time.perf_counter()
+    try:
+        module = importlib.import_module(record.module)
+    except BaseException as exc:  # a plugin calling sys.exit() at import must not end omni
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        record.fail(
+            Status.IMPORT_FAILED,
+            f"importing {record.module!r} raised {type(exc).__name__}: {exc}",
+            f"install its missing dependencies, upgrade it, or `omni plugins disable {record.name}`",
+        )
+        return []
+    record.loaded = True
+    record.import_seconds = time.perf_counter() - start
+    try:
+        manager.register(module, name=record.name)
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        record.fail(
+            Status.HOOK_FAILED,
+            f"invalid hook implementation: {exc}",
+            "compare the hook names and arguments with omni_core.hookspecs",
+        )
+        return []
+    for caller in manager.get_hookcallers(module) or []:
+        if caller.spec is None:
+            record.warnings.append(f"unknown hook {caller.name!r} is never called (typo?)")
+
+    provider = Provider(record.name, record.distribution, record.version)
+    registrars: dict[Kind, Registrar[Any]] = {}
+    for hook_name in hookspecs.REGISTRATION_HOOKS:
+        kind = _HOOK_KIND[hook_name]
+        registrar = registrars[kind] = REGISTRAR_TYPES[kind](provider)
+        for impl in getattr(manager.hook, hook_name).get_hookimpls():
+            if impl.plugin is not module:
+                continue
+            try:
+                _call(impl, {"registry": registrar})
+            except Exception as exc:
+                manager.unregister(module)
+                where = "" if isinstance(exc, RegistrationError) else f"{hook_name} raised "
+                record.fail(
+                    Status.HOOK_FAILED,
+                    f"{where}{type(exc).__name__}: {exc}" if where else str(exc),
+                    f"fix the plugin or `omni plugins disable {record.name}`; "
+                    "OMNI_STRICT_PLUGINS=1 shows the traceback",
+                )
+                record.warnings.append(traceback.format_exc(limit=-3).strip())
+                return []
+
+    assert record.manifest is not None
+    mismatch = compare_with_manifest(record.manifest, registrars)
+    if mismatch:
+        manager.unregister(module)
+        record.fail(
+            Status.METADATA_MISMATCH,
+            "what the hooks registered differs from omni_plugin.toml: " + "; ".join(mismatch),
+            "make omni_plugin.toml and the hooks agree (the conformance kit shows the diff)",
+        )
+        return []
+
+    return [
+        Offer(kind, spec.name, spec.priority, record.name, record.distribution, record.version, spec)
+        for kind, registrar in registrars.items()
+        if not record.platforms_only or kind is Kind.PLATFORM
+        for spec in registrar.specs
+    ]
+
+
+def _call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Any:
+    """Call one implementation with the arguments it asked for (pluggy's opt-in arguments)."""
+    return impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+def compare_with_manifest(manifest: Manifest, registrars: dict[Kind, Registrar[Any]]) -> list[str]:
+    """Differences between declared and registered extensions; empty when they agree."""
+    declared: dict[tuple[Kind, str], Declared] = {d.key: d for d in manifest.provides}
+    registered: dict[tuple[Kind, str], ExtensionSpec] = {
+        (kind, spec.name.casefold()): spec for kind, r in registrars.items() for spec in r.specs
+    }
+    problems = []
+    for key in sorted(declared.keys() - registered.keys(), key=str):
+        problems.append(f"{key[0].label} {declared[key].name!r} is declared but not registered")
+    for key in sorted(registered.keys() - declared.keys(), key=str):
+        problems.append(f"{key[0].label} {registered[key].name!r} is registered but not declared")
+    for key in sorted(declared.keys() & registered.keys(), key=str):
+        d, spec = declared[key], registered[key]
+        try:
+            expected = SPEC_TYPES[d.kind](name=spec.name, ref=d.ref, priority=d.priority, **d.fields)
+        except Exception as exc:
+            problems.append(f"{d.kind.label} {d.name!r}: declared fields are invalid ({exc})")
+            continue
+        if expected != spec:
+            want, got = expected.model_dump(), spec.model_dump()
+            diffs = [f"{f}: declared {want[f]!r}, registered {got[f]!r}" for f in want if want[f] != got[f]]
+            problems.append(f"{d.kind.label} {d.name!r}: " + ", ".join(diffs))
+    return problems
+
+
+def _configure(records: list[PluginRecord], manager: pluggy.PluginManager, config: OmniConfig) -> None:
+    by_name = {r.name: r for r in records}
+    for impl in manager.hook.omni_configure.get_hookimpls():
+        record = by_name.get(impl.plugin_name)
+        try:
+            _call(impl, {"config": config})
+        except Exception as exc:
+            if record is None:
+                raise
+            manager.unregister(impl.plugin)
+            record.fail(
+                Status.HOOK_FAILED,
+                f"omni_configure raised {type(exc).__name__}: {exc}",
+                f"fix the plugin or `omni plugins disable {record.name}`",
+            )
+
+
+def _remember(plugin_set: PluginSet) -> None:
+    """Persist each plugin's load outcome, and at exit the import timings measured."""
+    store = HealthStore(plugin_set.settings.cache_dir)
+    entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in plugin_set.records:
+        if r.status is Status.DISABLED or (r.status is Status.OK and not r.loaded):
+            continue
+        imports = {r.module: r.import_seconds} if r.import_seconds is not None else {}
+        entries[(r.distribution, r.version, r.name)] = {
+            "status": r.status.value,
+            "reason": r.reason,
+            "fix": r.fix,
+            "imports": imports,
+        }
+    store.update(entries)
+
+    owners: dict[str, tuple[str, str, str]] = {}
+    for registry in plugin_set.registries.values():
+        for entry in list(registry) + [e for e, _ in registry.shadowed]:
+            p = entry.provider
+            owners[entry.spec.ref] = (p.distribution, p.version, p.plugin)
+
+    def save_timings() -> None:
+        per_plugin: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for ref, seconds in IMPORT_TIMINGS.items():
+            if ref in owners:
+                per_plugin.setdefault(owners[ref], {"imports": {}})["imports"][ref] = seconds
+        if per_plugin:
+            store.update(per_plugin)
+
+    atexit.register(save_timings)
+
+
+_CURRENT: PluginSet | None = None
+
+
+def get_plugins() -> PluginSet:
+    """The process-wide plugin set, loaded on first call (idempotent)."""
+    global _CURRENT
+    if _CURRENT is None:
+        _CURRENT = load_plugins()
+    return _CURRENT
+
+
+def reset_plugins() -> None:
+    """Forget the process-wide plugin set (tests, or after installing a plugin)."""
+    global _CURRENT
+    _CURRENT = None
+
+
+def iter_modules(plugin_set: PluginSet) -> list[ModuleType]:
+    manager = plugin_set.manager
+    return [cast(ModuleType, p) for p in manager.get_plugins()] if manager else []

@@ -1,0 +1,335 @@
+"""Typed registries. Plugins register into a :class:`Registrar` from their hooks; the core
+validates each registration, applies the conflict policy and exposes one :class:`Registry`
+per extension kind. Registered objects stay lazy references until first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from omni_core.conflicts import Conflict, Decision
+from omni_core.errors import ConflictError, RegistrationError, UnknownExtensionError
+from omni_core.kinds import Kind
+from omni_core.lazy import LazyRef, check_ref
+
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class ExtensionSpec(BaseModel):
+    """What every registration carries. Kind-specific specs add their own fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: ClassVar[Kind]
+
+    name: str = Field(min_length=1, max_length=100, pattern=_NAME_PATTERN)
+    #: ``package.module:attribute`` of the implementation, imported on first use
+    ref: str
+    #: wins over lower priorities when two plugins offer the same name
+    priority: int = 0
+
+    @field_validator("ref")
+    @classmethod
+    def _valid_ref(cls, v: str) -> str:
+        return check_ref(v)
+
+
+class PlatformSpec(ExtensionSpec):
+    """A hardware platform: ``ref`` is a :class:`omni_core.platforms.Platform` subclass."""
+
+    kind: ClassVar[Kind] = Kind.PLATFORM
+    #: ``module:function`` returning a ProbeResult (or bool). Must not import torch or init drivers.
+    probe: str
+
+    @field_validator("probe")
+    @classmethod
+    def _valid_probe(cls, v: str) -> str:
+        return check_ref(v)
+
+
+class AttentionBackendSpec(ExtensionSpec):
+    """An attention backend: ``ref`` is an :class:`omni_core.attention.AttentionBackend` subclass."""
+
+    kind: ClassVar[Kind] = Kind.ATTENTION_BACKEND
+    #: device types this implementation is for (empty: any); a vendor maps a shared name here
+    device_types: tuple[str, ...] = ()
+
+
+class ModelSpec(ExtensionSpec):
+    """A model family: ``ref`` is the object that builds and runs it."""
+
+    kind: ClassVar[Kind] = Kind.MODEL
+    #: checkpoint class names it serves (``model_index.json`` ``_class_name`` or HF ``architectures``)
+    architectures: tuple[str, ...] = ()
+    #: HF ``model_type`` values it serves
+    model_types: tuple[str, ...] = ()
+    #: old names that still resolve to this model
+    aliases: tuple[str, ...] = ()
+    #: what it does, e.g. ``text-to-image``, ``text-to-video``
+    tasks: tuple[str, ...] = ()
+
+
+class TTSAdapterSpec(ExtensionSpec):
+    """A text-to-speech adapter: ``ref`` is the adapter class."""
+
+    kind: ClassVar[Kind] = Kind.TTS_ADAPTER
+    stage_keys: tuple[str, ...] = ()
+    model_archs: tuple[str, ...] = ()
+    #: lower is tried first during detection
+    detect_priority: int = 100
+
+
+class ConnectorSpec(ExtensionSpec):
+    """A connector moving payloads between stage processes: ``ref`` is its constructor."""
+
+    kind: ClassVar[Kind] = Kind.CONNECTOR
+
+
+class OffloaderSpec(ExtensionSpec):
+    """A memory offload strategy: ``ref`` is its class."""
+
+    kind: ClassVar[Kind] = Kind.OFFLOADER
+
+
+class CommandSpec(ExtensionSpec):
+    """A CLI command: ``ref`` is a Typer app (a command group) or a plain function."""
+
+    kind: ClassVar[Kind] = Kind.COMMAND
+    help: str = ""
+
+
+SPEC_TYPES: dict[Kind, type[ExtensionSpec]] = {
+    cls.kind: cls
+    for cls in (
+        PlatformSpec,
+        AttentionBackendSpec,
+        ModelSpec,
+        TTSAdapterSpec,
+        ConnectorSpec,
+        OffloaderSpec,
+        CommandSpec,
+    )
+}
+
+SpecT = TypeVar("SpecT", bound=ExtensionSpec)
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Who registered something: shown in every conflict and error."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
+
+
+class Registrar(Generic[SpecT]):
+    """What a hook receives: collects one plugin's registrations of one kind.
+
+    The core validates every call at once (a bad one raises :class:`RegistrationError`
+    naming the plugin) and decides conflicts later, once every plugin has registered.
+    """
+
+    spec_type: ClassVar[type[ExtensionSpec]]
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.specs: list[SpecT] = []
+
+    @property
+    def kind(self) -> Kind:
+        return self.spec_type.kind
+
+    def _add(self, **fields: Any) -> SpecT:
+        try:
+            spec = self.spec_type(**fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+            )
+            raise RegistrationError(
+                f"plugin {self.provider.plugin!r} registered an invalid {self.kind.label} "
+                f"{fields.get('name')!r}: {problems}"
+            ) from None
+        if any(s.name.casefold() == spec.name.casefold() for s in self.specs):
+            raise RegistrationError(
+                f"plugin {self.provider.plugin!r} registered {self.kind.label} {spec.name!r} twice"
+            )
+        self.specs.append(spec)  # type: ignore[arg-type]
+        return spec  # type: ignore[return-value]
+
+
+class PlatformRegistrar(Registrar[PlatformSpec]):
+    spec_type = PlatformSpec
+
+    def register(self, name: str, ref: str, *, probe: str, priority: int = 0) -> PlatformSpec:
+        return self._add(name=name, ref=ref, probe=probe, priority=priority)
+
+
+class AttentionBackendRegistrar(Registrar[AttentionBackendSpec]):
+    spec_type = AttentionBackendSpec
+
+    def register(
+        self, name: str, ref: str, *, device_types: tuple[str, ...] = (), priority: int = 0
+    ) -> AttentionBackendSpec:
+        return self._add(name=name, ref=ref, device_types=tuple(device_types), priority=priority)
+
+
+class ModelRegistrar(Registrar[ModelSpec]):
+    spec_type = ModelSpec
+
+    def register(
+        self,
+        name: str,
+        ref: str,
+        *,
+        architectures: tuple[str, ...] = (),
+        model_types: tuple[str, ...] = (),
+        aliases: tuple[str, ...] = (),
+        tasks: tuple[str, ...] = (),
+        priority: int = 0,
+    ) -> ModelSpec:
+        return self._add(
+            name=name,
+            ref=ref,
+            architectures=tuple(architectures),
+            model_types=tuple(model_types),
+            aliases=tuple(aliases),
+            tasks=tuple(tasks),
+            priority=priority,
+        )
+
+
+class TTSAdapterRegistrar(Registrar[TTSAdapterSpec]):
+    spec_type = TTSAdapterSpec
+
+    def register(
+        self,
+        name: str,
+        ref: str,
+        *,
+        stage_keys: tuple[str, ...] = (),
+        model_archs: tuple[str, ...] = (),
+        detect_priority: int = 100,
+        priority: int = 0,
+    ) -> TTSAdapterSpec:
+        return self._add(
+            name=name,
+            ref=ref,
+            stage_keys=tuple(stage_keys),
+            model_archs=tuple(model_archs),
+            detect_priority=detect_priority,
+            priority=priority,
+        )
+
+
+class ConnectorRegistrar(Registrar[ConnectorSpec]):
+    spec_type = ConnectorSpec
+
+    def register(self, name: str, ref: str, *, priority: int = 0) -> ConnectorSpec:
+        return self._add(name=name, ref=ref, priority=priority)
+
+
+class OffloaderRegistrar(Registrar[OffloaderSpec]):
+    spec_type = OffloaderSpec
+
+    def register(self, name: str, ref: str, *, priority: int = 0) -> OffloaderSpec:
+        return self._add(name=name, ref=ref, priority=priority)
+
+
+class CommandRegistrar(Registrar[CommandSpec]):
+    spec_type = CommandSpec
+
+    def register(self, name: str, ref: str, *, help: str = "", priority: int = 0) -> CommandSpec:
+        return self._add(name=name, ref=ref, help=help, priority=priority)
+
+
+REGISTRAR_TYPES: dict[Kind, type[Registrar[Any]]] = {
+    r.spec_type.kind: r
+    for r in (
+        PlatformRegistrar,
+        AttentionBackendRegistrar,
+        ModelRegistrar,
+        TTSAdapterRegistrar,
+        ConnectorRegistrar,
+        OffloaderRegistrar,
+        CommandRegistrar,
+    )
+}
+
+
+@dataclass
+class Registered(Generic[SpecT]):
+    """One name in a registry: its spec, who provided it, and the lazy implementation."""
+
+    spec: SpecT
+    provider: Provider
+    lazy: LazyRef
+    rule: str = "only provider"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def load(self) -> Any:
+        """Import and return the implementation (timed; cached after the first call)."""
+        return self.lazy.resolve()
+
+
+@dataclass
+class Registry(Generic[SpecT]):
+    """The resolved extensions of one kind. Lookups are case-insensitive."""
+
+    kind: Kind
+    _entries: dict[str, Registered[SpecT]] = field(default_factory=dict)
+    conflicts: dict[str, Conflict] = field(default_factory=dict)
+    #: names removed by a per-kind allow/deny list, with the reason
+    filtered: dict[str, str] = field(default_factory=dict)
+    #: offers that lost to a pin or a higher priority: (loser, rule that decided)
+    shadowed: list[tuple[Registered[SpecT], str]] = field(default_factory=list)
+
+    def add(self, decision: Decision) -> None:
+        def entry(offer: Any, rule: str) -> Registered[SpecT]:
+            spec = offer.payload
+            provider = Provider(offer.plugin, offer.distribution, offer.version)
+            return Registered(spec, provider, LazyRef(spec.ref, owner=offer.plugin), rule)
+
+        self._entries[decision.winner.name.casefold()] = entry(decision.winner, decision.rule)
+        self.shadowed.extend((entry(o, decision.rule), decision.rule) for o in decision.shadowed)
+
+    def names(self) -> list[str]:
+        return sorted(e.name for e in self._entries.values())
+
+    def __iter__(self) -> Iterator[Registered[SpecT]]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.name))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.casefold() in self._entries
+
+    def get(self, name: str) -> Registered[SpecT]:
+        key = name.casefold()
+        if key in self._entries:
+            return self._entries[key]
+        if key in self.conflicts:
+            raise ConflictError(self.conflicts[key].message())
+        if key in self.filtered:
+            raise UnknownExtensionError(
+                f"{self.kind.label} {name!r} is installed but {self.filtered[key]}"
+            )
+        known = ", ".join(self.names()) or "none"
+        raise UnknownExtensionError(
+            f"unknown {self.kind.label} {name!r}; available: {known}. "
+            "`omni plugins list --all` shows every installed plugin and why any is inactive."
+        )
+
+    def load(self, name: str) -> Any:
+        return self.get(name).load()

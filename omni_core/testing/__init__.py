@@ -1,0 +1,53 @@
+"""The conformance kit: contract tests any omni plugin runs against itself.
+
+Enable it in the plugin's test suite and subclass :class:`PluginConformance`::
+
+    # tests/conftest.py
+    pytest_plugins = ["omni_core.testing"]
+
+    # tests/test_conformance.py
+    from omni_core.testing import PluginConformance
+
+    class TestConformance(PluginConformance):
+        plugin_name = "my-plugin"          # the entry point name
+
+The inherited tests check, against the *installed* plugin (``pip install -e .`` first):
+the manifest parses and its API range admits this core; the hooks register exactly what
+the manifest declares; every lazy reference resolves; discovery and registration import no
+torch and none of the referenced modules; each declared capability holds for its kind; and
+no name overlaps another installed plugin. The same checks are available as plain functions
+(:func:`check_plugin`) that return problems instead of failing.
+
+Fixtures: ``omni_isolated`` gives a test a private config and cache directory and clears
+every ``OMNI_*`` filter variable, so the user's own settings never leak into a test.
+"""
+
+from __future__ import annotations
+
+from omni_core.testing.checks import (
+    CAPABILITY_CHECKS,
+    check_capabilities,
+    check_import_light,
+    check_lazy_refs,
+    check_manifest,
+    check_no_overlaps,
+    check_plugin,
+    check_registration,
+    isolated_settings,
+)
+from omni_core.testing.fixtures import omni_isolated
+from omni_core.testing.suite import PluginConformance
+
+__all__ = [
+    "CAPABILITY_CHECKS",
+    "PluginConformance",
+    "check_capabilities",
+    "check_import_light",
+    "check_lazy_refs",
+    "check_manifest",
+    "check_no_overlaps",
+    "check_plugin",
+    "check_registration",
+    "isolated_settings",
+    "omni_isolated",
+]

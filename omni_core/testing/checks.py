@@ -1,0 +1,328 @@
+"""The conformance checks as plain functions. Each returns a list of problems (empty = pass)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omni_core.config import Settings
+from omni_core.discovery import PluginRecord, Status, discover
+from omni_core.errors import LazyImportError, OmniError
+from omni_core.kinds import Kind
+from omni_core.lazy import LazyRef
+from omni_core.registry import Registered
+
+#: modules whose presence after discovery means a plugin imported something heavy or touched
+#: a driver: torch and friends, vendor SDKs, kernels and web frameworks
+HEAVY_MODULES = (
+    "torch",
+    "vllm",
+    "diffusers",
+    "transformers",
+    "tensorflow",
+    "jax",
+    "pynvml",
+    "amdsmi",
+    "torch_npu",
+    "intel_extension_for_pytorch",
+    "flash_attn",
+    "flashinfer",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "aiohttp",
+    "flask",
+)
+
+
+def isolated_settings(only: str | None = None) -> Settings:
+    """Settings from the environment, narrowed to one plugin when ``only`` is given."""
+    settings = Settings.from_env()
+    if only is not None:
+        settings = dataclasses.replace(settings, allow_plugins=frozenset({only.casefold()}), strict=False)
+    return dataclasses.replace(settings, strict=False)
+
+
+def _record(name: str) -> tuple[PluginRecord | None, list[str]]:
+    for record in discover(isolated_settings()):
+        if record.name.casefold() == name.casefold():
+            return record, []
+    return None, [f"plugin {name!r} is not installed in this environment; run `pip install -e .` first"]
+
+
+def check_manifest(name: str) -> list[str]:
+    record, problems = _record(name)
+    if record is None:
+        return problems
+    if record.status in (Status.INVALID_MANIFEST, Status.INCOMPATIBLE, Status.DUPLICATE_NAME):
+        return [f"{record.status}: {record.reason} (fix: {record.fix})"]
+    if record.manifest is not None and not record.manifest.provides:
+        return ["the manifest declares nothing: add at least one [[<kind>]] table"]
+    return []
+
+
+def _load_only(name: str) -> tuple[Any, PluginRecord | None, list[str]]:
+    from omni_core.plugins import load_plugins
+
+    plugin_set = load_plugins(isolated_settings(name))
+    for record in plugin_set.records:
+        if record.name.casefold() == name.casefold():
+            return plugin_set, record, []
+    return plugin_set, None, [f"plugin {name!r} is not installed in this environment"]
+
+
+def _entries_of(plugin_set: Any, name: str) -> list[Registered[Any]]:
+    return [
+        entry
+        for registry in plugin_set.registries.values()
+        for entry in list(registry) + [e for e, _ in registry.shadowed]
+        if entry.provider.plugin.casefold() == name.casefold()
+    ]
+
+
+def check_registration(name: str) -> list[str]:
+    plugin_set, record, problems = _load_only(name)
+    if record is None:
+        return problems
+    if record.status is not Status.OK:
+        details = [w for w in record.warnings if "Traceback" in w]
+        return [f"{record.status}: {record.reason} (fix: {record.fix})", *details]
+    return [f"plugin {name!r}: {w}" for w in record.warnings if w.startswith("unknown hook")]
+
+
+def check_lazy_refs(name: str) -> list[str]:
+    record, problems = _record(name)
+    if record is None or record.manifest is None:
+        return problems or [f"{name}: no manifest"]
+    refs = [d.ref for d in record.manifest.provides]
+    refs += [str(d.fields["probe"]) for d in record.manifest.of_kind(Kind.PLATFORM) if "probe" in d.fields]
+    for ref in refs:
+        try:
+            LazyRef(ref, owner=name).resolve()
+        except LazyImportError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+_IMPORT_PROBE = """
+import json, sys
+from omni_core.platforms import ProbeResult
+from omni_core.plugins import load_plugins
+from omni_core.lazy import LazyRef
+plugin_set = load_plugins()
+record = [r for r in plugin_set.records if r.name.casefold() == sys.argv[1].casefold()][0]
+probe_errors = []
+for entry in plugin_set.platforms:
+    if entry.provider.plugin == record.name:
+        try:
+            LazyRef(entry.spec.probe).resolve()()
+        except Exception as exc:
+            probe_errors.append(f"probe of {entry.name!r} raised {type(exc).__name__}: {exc}")
+print(json.dumps({"status": record.status.value, "reason": record.reason,
+                  "modules": sorted(sys.modules), "probe_errors": probe_errors}))
+"""
+
+
+def check_import_light(name: str) -> list[str]:
+    """Discovery, registration and platform probes must import nothing heavy, and none of the
+    modules the plugin's references point at (they are imported only when used)."""
+    record, problems = _record(name)
+    if record is None or record.manifest is None:
+        return problems
+    env = dict(os.environ, OMNI_PLUGINS=name, OMNI_STRICT_PLUGINS="0")
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, name], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        return [f"loading the plugin in a fresh interpreter failed:\n{proc.stderr[-2000:]}"]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    modules = set(result["modules"])
+    problems += result["probe_errors"]
+    heavy = sorted(m for m in HEAVY_MODULES if m in modules)
+    if heavy:
+        problems.append(
+            f"discovering and registering {name!r} (and running its probes) imported {heavy}; "
+            "import them inside the referenced modules instead"
+        )
+    hook_module = record.module
+    hook_parents = {hook_module.rsplit(".", i)[0] for i in range(hook_module.count(".") + 1)}
+    probe_modules = {
+        str(d.fields["probe"]).partition(":")[0] for d in record.manifest.of_kind(Kind.PLATFORM) if "probe" in d.fields
+    }
+    for declared in record.manifest.provides:
+        module = declared.ref.partition(":")[0]
+        if module in modules and module not in hook_parents and module not in probe_modules:
+            problems.append(
+                f"{declared.kind.label} {declared.name!r}: {module!r} was imported during registration; "
+                "it must stay lazy (registered as a string reference, imported on first use)"
+            )
+    return problems
+
+
+CapabilityCheck = Callable[[Registered[Any], Any], list[str]]
+
+
+def _check_platform(entry: Registered[Any], obj: Any) -> list[str]:
+    from omni_core.platforms import Platform, ProbeResult
+
+    if not (isinstance(obj, type) and issubclass(obj, Platform)):
+        return [f"platform {entry.name!r}: {entry.spec.ref} is not a subclass of omni_core.platforms.Platform"]
+    problems = []
+    if getattr(obj, "__abstractmethods__", None):
+        problems.append(f"platform {entry.name!r} leaves {sorted(obj.__abstractmethods__)} unimplemented")
+        return problems
+    if getattr(obj, "name", None) != entry.name:
+        problems.append(f"platform class name attribute {getattr(obj, 'name', None)!r} != registered {entry.name!r}")
+    if not isinstance(getattr(obj, "device_type", None), str):
+        problems.append(f"platform {entry.name!r}: device_type must be a string")
+    result = LazyRef(entry.spec.probe).resolve()()
+    if not isinstance(result, (bool, ProbeResult)):
+        problems.append(f"platform {entry.name!r}: probe returned {type(result).__name__}, not ProbeResult or bool")
+    claims = result if isinstance(result, bool) else getattr(result, "claims", False)
+    if claims and not problems:  # the hardware is here, so the platform must answer about it
+        platform = obj()
+        if platform.device_count() < 1:
+            problems.append(f"platform {entry.name!r} claims the machine but reports no devices")
+        dtypes = platform.supported_dtypes()
+        if not dtypes or not all(isinstance(d, str) for d in dtypes):
+            problems.append(f"platform {entry.name!r}: supported_dtypes() must be a non-empty tuple of names")
+        chain = platform.default_attention_chain()
+        if not chain or chain[-1] != "TORCH_SDPA":
+            problems.append(f"platform {entry.name!r}: the default attention chain must end with TORCH_SDPA")
+    return problems
+
+
+def _reference_attention(q: Any, k: Any, v: Any, scale: float, causal: bool, mask: Any) -> Any:
+    import torch
+
+    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    sq, sk = scores.shape[-2:]
+    if causal:
+        allowed = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2)
+
+
+def _check_attention_backend(entry: Registered[Any], obj: Any) -> list[str]:
+    from omni_core.attention import AttentionMetadata, contract_problems
+
+    problems = [f"attention backend {entry.name!r}: {p}" for p in contract_problems(obj)]
+    if problems:
+        return problems
+    if obj.name.casefold() != entry.name.casefold():
+        problems.append(f"backend class name {obj.name!r} != registered {entry.name!r}")
+    if obj.device_types and "cpu" not in obj.device_types:
+        return problems  # numerics are checked on the hardware it declares (vendor test suites)
+    if importlib.util.find_spec("torch") is None:
+        return problems
+    from omni_core.platforms import Platform
+
+    class _Cpu(Platform):  # availability asks the platform; here that is the CPU
+        name = "cpu"
+        device_type = "cpu"
+
+        def device_count(self) -> int:
+            return 1
+
+        def device_name(self, index: int = 0) -> str:
+            return "cpu"
+
+        def memory_info(self, index: int = 0) -> Any:
+            raise NotImplementedError("not needed for availability")
+
+        def supported_dtypes(self) -> tuple[str, ...]:
+            return ("float32",)
+
+    availability = obj.availability(_Cpu())
+    if not availability.ok:
+        return problems
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    head = obj.supported_head_sizes[0] if obj.supported_head_sizes else 64
+    cases = [("plain", 4, 4, False, False)]
+    if obj.supports_causal:
+        cases.append(("causal", 4, 4, True, False))
+    if obj.supports_gqa:
+        cases.append(("gqa", 4, 2, False, False))
+    if obj.supports_mask:
+        cases.append(("mask", 4, 4, False, True))
+    for label, hq, hkv, causal, use_mask in cases:
+        q = torch.randn(2, 7, hq, head, generator=gen)
+        k = torch.randn(2, 9, hkv, head, generator=gen)
+        v = torch.randn(2, 9, hkv, head, generator=gen)
+        mask = torch.rand(2, 1, 7, 9, generator=gen) > 0.3 if use_mask else None
+        if mask is not None:
+            mask[..., 0] = True  # every query keeps one key
+        impl = obj.create(hq, head, None, causal, hkv, prefix="conformance")
+        out = impl.forward(q, k, v, AttentionMetadata(attn_mask=mask))
+        ref = _reference_attention(q, k, v, head**-0.5, causal, mask)
+        if tuple(out.shape) != tuple(q.shape):
+            problems.append(f"{entry.name} {label}: output shape {tuple(out.shape)} != query shape {tuple(q.shape)}")
+            continue
+        err = (out.double() - ref).abs().max().item()
+        if err > 1e-4:
+            problems.append(f"{entry.name} {label}: max abs error {err:.2e} against the reference (float32, tol 1e-4)")
+    return problems
+
+
+def _check_callable(entry: Registered[Any], obj: Any) -> list[str]:
+    if not callable(obj):
+        return [f"{entry.spec.kind.label} {entry.name!r}: {entry.spec.ref} is not a class or callable"]
+    return []
+
+
+#: per-kind capability checks; kinds whose contracts grow add their checks here
+CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
+    Kind.PLATFORM: _check_platform,
+    Kind.ATTENTION_BACKEND: _check_attention_backend,
+    Kind.MODEL: _check_callable,
+    Kind.TTS_ADAPTER: _check_callable,
+    Kind.CONNECTOR: _check_callable,
+    Kind.OFFLOADER: _check_callable,
+    Kind.COMMAND: _check_callable,
+}
+
+
+def check_capabilities(name: str) -> list[str]:
+    plugin_set, record, problems = _load_only(name)
+    if record is None or record.status is not Status.OK:
+        return problems or [f"plugin {name!r} did not load: {record.status if record else '?'}"]
+    for entry in _entries_of(plugin_set, name):
+        try:
+            obj = entry.load()
+            problems += CAPABILITY_CHECKS[entry.spec.kind](entry, obj)
+        except (OmniError, Exception) as exc:
+            problems.append(f"{entry.spec.kind.label} {entry.name!r}: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def check_no_overlaps(name: str) -> list[str]:
+    from omni_core.plugins import load_plugins
+
+    plugin_set = load_plugins(isolated_settings())
+    return [c.message() for c in plugin_set.conflicts if any(o.plugin.casefold() == name.casefold() for o in c.offers)]
+
+
+def check_plugin(name: str) -> dict[str, list[str]]:
+    """Run every check; maps check name to its problems."""
+    return {
+        "manifest": check_manifest(name),
+        "registration": check_registration(name),
+        "lazy_refs": check_lazy_refs(name),
+        "import_light": check_import_light(name),
+        "capabilities": check_capabilities(name),
+        "no_overlaps": check_no_overlaps(name),
+    }
