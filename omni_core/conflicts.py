@@ -96,9 +96,7 @@ def resolve(offers: Iterable[Offer], pins: Mapping[tuple[Kind, str], str]) -> Re
                 rest = [o for o in group if o is not chosen[0]]
                 result.decisions[key] = Decision(chosen[0], f"pinned to {pinned} in the user config", rest)
                 continue
-            result.notes.append(
-                f"pin {key[0].value}.{group[0].name} = {pinned!r} names no installed provider; ignored"
-            )
+            result.notes.append(f"pin {key[0].value}.{group[0].name} = {pinned!r} names no installed provider; ignored")
         top = [o for o in group if o.priority == group[0].priority]
         if len(top) == 1:
             result.decisions[key] = Decision(

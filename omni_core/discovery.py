@@ -26,7 +26,7 @@ ENTRY_POINT_GROUP = "omni.plugins"
 BUILTIN_DISTRIBUTIONS = frozenset({"omni-plugin-cpu"})
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """Where a plugin stands. Everything but ``ok`` means it contributes nothing."""
 
     OK = "ok"

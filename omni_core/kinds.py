@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     """One kind of extension. The value is the key used in manifests and config files."""
 
     PLATFORM = "platform"

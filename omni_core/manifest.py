@@ -72,14 +72,10 @@ def parse_manifest(data: Mapping[str, Any], source: str = "<manifest>") -> Manif
     """Validate a manifest's parsed TOML. Raises :class:`ManifestError` naming the field."""
     unknown = set(data) - _TOP_LEVEL_KEYS
     if unknown:
-        raise ManifestError(
-            f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_LEVEL_KEYS)}"
-        )
+        raise ManifestError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_LEVEL_KEYS)}")
     api = data.get("omni_api")
     if not isinstance(api, str) or not api.strip():
-        raise ManifestError(
-            f'{source}: missing "omni_api", the plugin API range it supports, e.g. ">=1.0,<2"'
-        )
+        raise ManifestError(f'{source}: missing "omni_api", the plugin API range it supports, e.g. ">=1.0,<2"')
     description = data.get("description", "")
     hardware = data.get("requires_hardware", [])
     if not isinstance(description, str):

@@ -150,17 +150,13 @@ class Registrar(Generic[SpecT]):
         try:
             spec = self.spec_type(**fields)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors())
             raise RegistrationError(
                 f"plugin {self.provider.plugin!r} registered an invalid {self.kind.label} "
                 f"{fields.get('name')!r}: {problems}"
             ) from None
         if any(s.name.casefold() == spec.name.casefold() for s in self.specs):
-            raise RegistrationError(
-                f"plugin {self.provider.plugin!r} registered {self.kind.label} {spec.name!r} twice"
-            )
+            raise RegistrationError(f"plugin {self.provider.plugin!r} registered {self.kind.label} {spec.name!r} twice")
         self.specs.append(spec)  # type: ignore[arg-type]
         return spec  # type: ignore[return-value]
 
@@ -322,9 +318,7 @@ class Registry(Generic[SpecT]):
         if key in self.conflicts:
             raise ConflictError(self.conflicts[key].message())
         if key in self.filtered:
-            raise UnknownExtensionError(
-                f"{self.kind.label} {name!r} is installed but {self.filtered[key]}"
-            )
+            raise UnknownExtensionError(f"{self.kind.label} {name!r} is installed but {self.filtered[key]}")
         known = ", ".join(self.names()) or "none"
         raise UnknownExtensionError(
             f"unknown {self.kind.label} {name!r}; available: {known}. "

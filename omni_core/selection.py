@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     SELECTED = "selected"
     REJECTED = "rejected"  # considered and ruled out, with the reason
     FAILED = "failed"  # the check itself raised: a problem to fix, not a silent fallback

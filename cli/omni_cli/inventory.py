@@ -29,7 +29,11 @@ class Inventory:
         if record.status is Status.OK and not record.loaded:
             last = self.health.get(record.name)
             if last and last.get("status") not in (None, Status.OK.value):
-                return last["status"], f"{last.get('reason', '')} (last load {last.get('checked_at', '?')})", last.get("fix", "")
+                return (
+                    last["status"],
+                    f"{last.get('reason', '')} (last load {last.get('checked_at', '?')})",
+                    last.get("fix", ""),
+                )
         return record.status.value, record.reason, record.fix
 
     def problems(self) -> list[str]:
@@ -46,9 +50,7 @@ class Inventory:
         data.update(status=status, reason=reason, fix=fix, loaded=record.loaded)
         last = self.health.get(record.name)
         data["last_load"] = last
-        data["conflicts"] = [
-            c.to_dict() for c in self.conflicts if any(o.plugin == record.name for o in c.offers)
-        ]
+        data["conflicts"] = [c.to_dict() for c in self.conflicts if any(o.plugin == record.name for o in c.offers)]
         return data
 
 
@@ -73,8 +75,7 @@ def take_inventory(load: bool = False) -> Inventory:
         for r in records
         if r.status is Status.OK and r.manifest is not None
         for d in r.manifest.provides
-        if (not r.platforms_only or d.kind is Kind.PLATFORM)
-        and extension_filtered(d.kind, d.name, settings) is None
+        if (not r.platforms_only or d.kind is Kind.PLATFORM) and extension_filtered(d.kind, d.name, settings) is None
     ]
     conflicts = resolve(offers, settings.pins).conflicts
     return Inventory(settings, records, conflicts, loaded=False, health=health)

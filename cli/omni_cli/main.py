@@ -39,7 +39,9 @@ def root(
         False, "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
     ),
     safe_mode: bool = typer.Option(False, "--safe-mode", help="Load built-in plugins only (OMNI_SAFE_MODE=1)."),
-    strict: bool = typer.Option(False, "--strict", help="Treat any plugin problem as an error (OMNI_STRICT_PLUGINS=1)."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Treat any plugin problem as an error (OMNI_STRICT_PLUGINS=1)."
+    ),
 ) -> None:
     if safe_mode:
         os.environ["OMNI_SAFE_MODE"] = "1"

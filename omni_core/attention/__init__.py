@@ -111,9 +111,7 @@ class AttentionBackend(abc.ABC):
         prefix: str = "",
     ) -> AttentionImpl:
         if cls.supported_head_sizes and head_size not in cls.supported_head_sizes:
-            raise ValueError(
-                f"{cls.name} supports head sizes {list(cls.supported_head_sizes)}, not {head_size}"
-            )
+            raise ValueError(f"{cls.name} supports head sizes {list(cls.supported_head_sizes)}, not {head_size}")
         if causal and not cls.supports_causal:
             raise ValueError(f"{cls.name} does not support causal attention")
         if num_kv_heads not in (None, num_heads) and not cls.supports_gqa:

@@ -98,7 +98,7 @@ class Platform(abc.ABC):
         random.seed(seed)
         torch.manual_seed(seed)
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a no-op default is the right answer for the CPU
         """Wait for queued device work to finish (a no-op where work is synchronous)."""
 
     def facts(self) -> dict[str, Any]:
@@ -181,7 +181,9 @@ def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explana
             continue
         if result.claims:
             claims.append(e)
-            explanation.add(e.name, Outcome.REJECTED, f"claims: {result.reason} (priority {e.spec.priority})", str(e.provider))
+            explanation.add(
+                e.name, Outcome.REJECTED, f"claims: {result.reason} (priority {e.spec.priority})", str(e.provider)
+            )
         else:
             explanation.add(e.name, Outcome.REJECTED, f"does not claim: {result.reason}", str(e.provider))
     if not claims:

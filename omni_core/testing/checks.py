@@ -87,7 +87,7 @@ def _entries_of(plugin_set: Any, name: str) -> list[Registered[Any]]:
 
 
 def check_registration(name: str) -> list[str]:
-    plugin_set, record, problems = _load_only(name)
+    _, record, problems = _load_only(name)
     if record is None:
         return problems
     if record.status is not Status.OK:

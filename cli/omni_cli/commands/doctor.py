@@ -53,25 +53,52 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     choice, explanation = explain_platform(plugin_set)
     report["platform"] = explanation.to_dict()
     for c in explanation.failures:
-        problems.append({"problem": f"platform probe {c.name!r} failed: {c.reason}", "fix": f"fix or disable the plugin providing it ({c.provider})"})
+        problems.append(
+            {
+                "problem": f"platform probe {c.name!r} failed: {c.reason}",
+                "fix": f"fix or disable the plugin providing it ({c.provider})",
+            }
+        )
     if choice is None:
         problems.append({"problem": explanation.rule, "fix": "install a platform plugin, or set OMNI_PLATFORM"})
     else:
         try:
             report["hardware"] = choice.instantiate().facts()
         except Exception as exc:
-            problems.append({"problem": f"platform {choice.name!r} failed to describe the hardware: {type(exc).__name__}: {exc}", "fix": f"reinstall {choice.entry.provider.distribution}"})
+            problems.append(
+                {
+                    "problem": f"platform {choice.name!r} failed to describe the hardware: {type(exc).__name__}: {exc}",
+                    "fix": f"reinstall {choice.entry.provider.distribution}",
+                }
+            )
 
     plugins = []
     for r in plugin_set.records:
-        plugins.append({"name": r.name, "distribution": r.distribution, "version": r.version, "status": r.status.value, "reason": r.reason, "fix": r.fix, "import_seconds": r.import_seconds})
+        plugins.append(
+            {
+                "name": r.name,
+                "distribution": r.distribution,
+                "version": r.version,
+                "status": r.status.value,
+                "reason": r.reason,
+                "fix": r.fix,
+                "import_seconds": r.import_seconds,
+            }
+        )
         if r.status.is_problem:
             problems.append({"problem": r.problem(), "fix": r.fix})
         elif r.import_seconds is not None and r.import_seconds > SLOW_HOOK_IMPORT_S:
-            problems.append({"problem": f"plugin {r.name!r} takes {r.import_seconds:.2f} s to import its hook module", "fix": "move heavy imports out of the hook module: register 'module:attr' references instead"})
+            problems.append(
+                {
+                    "problem": f"plugin {r.name!r} takes {r.import_seconds:.2f} s to import its hook module",
+                    "fix": "move heavy imports out of the hook module: register 'module:attr' references instead",
+                }
+            )
         for w in r.warnings:
             if w.startswith("unknown hook"):
-                problems.append({"problem": f"plugin {r.name!r}: {w}", "fix": "rename it to a hook in omni_core.hookspecs"})
+                problems.append(
+                    {"problem": f"plugin {r.name!r}: {w}", "fix": "rename it to a hook in omni_core.hookspecs"}
+                )
     report["plugins"] = plugins
     for c in plugin_set.conflicts:
         problems.append({"problem": c.message(), "fix": f"omni plugins pin {c.kind.value} {c.name} DISTRIBUTION"})
@@ -79,7 +106,12 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     for r in plugin_set.records:
         for ref, seconds in ((store.lookup(r.distribution, r.version, r.name) or {}).get("imports") or {}).items():
             if isinstance(seconds, float) and seconds > SLOW_REF_IMPORT_S and ref != r.module:
-                problems.append({"problem": f"{ref} (plugin {r.name!r}) took {seconds:.1f} s to import", "fix": "expected for large libraries; otherwise defer imports inside it"})
+                problems.append(
+                    {
+                        "problem": f"{ref} (plugin {r.name!r}) took {seconds:.1f} s to import",
+                        "fix": "expected for large libraries; otherwise defer imports inside it",
+                    }
+                )
     report["notes"] = plugin_set.notes
     report["problems"] = problems
 
@@ -103,15 +135,28 @@ def _print(report: dict[str, Any]) -> None:
     echo("")
     from omni_core.selection import Explanation, Outcome
 
-    exp = Explanation(report["platform"]["subject"], winner=report["platform"]["winner"], rule=report["platform"]["rule"])
+    exp = Explanation(
+        report["platform"]["subject"], winner=report["platform"]["winner"], rule=report["platform"]["rule"]
+    )
     for c in report["platform"]["candidates"]:
         exp.add(c["name"], Outcome(c["outcome"]), c["reason"], c["provider"])
     echo(exp.render())
     for key, value in (report.get("hardware") or {}).items():
         echo(f"    {key}: {value}")
     echo("")
-    rows = [(p["name"], p["distribution"], p["version"], p["status"], "" if p["import_seconds"] is None else f"{p['import_seconds'] * 1000:.0f} ms") for p in report["plugins"]]
-    echo(table(("plugin", "distribution", "version", "status", "hook import"), rows) if rows else "no plugins installed")
+    rows = [
+        (
+            p["name"],
+            p["distribution"],
+            p["version"],
+            p["status"],
+            "" if p["import_seconds"] is None else f"{p['import_seconds'] * 1000:.0f} ms",
+        )
+        for p in report["plugins"]
+    ]
+    echo(
+        table(("plugin", "distribution", "version", "status", "hook import"), rows) if rows else "no plugins installed"
+    )
     for note in report["notes"]:
         echo(f"note: {note}")
     echo("")

@@ -32,12 +32,12 @@ def _python_flag(cmd: list[str]) -> list[str]:
 
 def check_wheel(wheel: Path) -> tuple[str, str | None]:
     """(plugin description, problem or None) for one built wheel."""
+    import tomllib
+
     from omni_core._version import PLUGIN_API_VERSION
     from omni_core.discovery import api_compatible
     from omni_core.errors import ManifestError
     from omni_core.manifest import MANIFEST_FILENAME, parse_manifest
-
-    import tomllib
 
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.endswith("/" + MANIFEST_FILENAME) and n.count("/") == 1]
@@ -75,7 +75,9 @@ def install(
         for name, why in refused:
             typer.echo(f"  {name}: {why}", err=True)
         if refused and not force:
-            raise fail("nothing was installed; upgrade omni or choose a compatible plugin version (--force skips this check)")
+            raise fail(
+                "nothing was installed; upgrade omni or choose a compatible plugin version (--force skips this check)"
+            )
         result = subprocess.run([*pip, "install", *_python_flag(pip), *map(str, wheels)], check=False)
     if result.returncode != 0:
         raise typer.Exit(EXIT_PROBLEMS)

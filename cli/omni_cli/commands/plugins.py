@@ -49,7 +49,9 @@ def list_plugins(
         for r in shown:
             data = inventory.record_dict(r)
             rows.append((r.name, r.distribution, r.version, data["status"], _provides_summary(data)))
-        typer.echo(table(("plugin", "distribution", "version", "status", "provides"), rows) if rows else "no plugins installed")
+        typer.echo(
+            table(("plugin", "distribution", "version", "status", "provides"), rows) if rows else "no plugins installed"
+        )
         if show_all:
             for r in shown:
                 data = inventory.record_dict(r)

@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine:
+#   make demo   set up .venv and run omni on the embedded default
+#   make test   set up .venv and run lint, types and every test
+VENV ?= .venv
+BIN := $(VENV)/bin
+SETUP_INPUTS := pyproject.toml cli/pyproject.toml plugin_template/pyproject.toml \
+                omni_plugins/cpu/pyproject.toml requirements-dev.txt scripts/bootstrap.sh
+
+.PHONY: setup demo test lint types pytest tox-core bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: $(SETUP_INPUTS)
+	VENV=$(VENV) bash scripts/bootstrap.sh
+	touch $@
+
+demo: setup
+	VENV=$(VENV) bash scripts/demo.sh
+
+test: setup lint types pytest tox-core
+
+lint: setup
+	$(BIN)/ruff check .
+
+types: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/pytest tests omni_plugins/cpu/tests
+
+# The core's tests again in an environment without torch (tox.ini, env "core").
+tox-core: setup
+	$(BIN)/tox -e core -q
+
+bench: setup
+	$(BIN)/python benchmarks/cli_startup.py
+
+clean:
+	rm -rf $(VENV) .tox .bench

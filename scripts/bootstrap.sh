@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create the development environment: CPU torch, omni (core, template, CLI), the CPU plugin,
+# and the dev tools. Idempotent; re-run after changing a pyproject.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+pip install --quiet --upgrade pip
+# torch first and pinned: 2.13.0 is the CPU build this project is tested with; an unpinned
+# torch resolves to a multi-GB CUDA build. torchvision/torchaudio are kept out on purpose.
+pip install --quiet "torch==2.13.0"
+pip install --quiet -e . -e ./plugin_template -e ./cli -e ./omni_plugins/cpu
+pip install --quiet -r requirements-dev.txt
+"$VENV/bin/omni" --version
