@@ -12,8 +12,8 @@ import importlib
 import time
 import traceback
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, cast
+from pathlib import Path
+from typing import Any
 
 import pluggy
 
@@ -288,21 +288,29 @@ def _remember(plugin_set: PluginSet) -> None:
         }
     store.update(entries)
 
-    owners: dict[str, tuple[str, str, str]] = {}
     for registry in plugin_set.registries.values():
         for entry in list(registry) + [e for e, _ in registry.shadowed]:
             p = entry.provider
-            owners[entry.spec.ref] = (p.distribution, p.version, p.plugin)
+            _TIMING_OWNERS[entry.spec.ref] = (store.path, (p.distribution, p.version, p.plugin))
+    global _TIMINGS_HOOKED
+    if not _TIMINGS_HOOKED:
+        atexit.register(_save_timings)
+        _TIMINGS_HOOKED = True
 
-    def save_timings() -> None:
-        per_plugin: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for ref, seconds in IMPORT_TIMINGS.items():
-            if ref in owners:
-                per_plugin.setdefault(owners[ref], {"imports": {}})["imports"][ref] = seconds
-        if per_plugin:
-            store.update(per_plugin)
 
-    atexit.register(save_timings)
+#: ref -> (health file, plugin key), so imports made after loading are credited at exit
+_TIMING_OWNERS: dict[str, tuple[Path, tuple[str, str, str]]] = {}
+_TIMINGS_HOOKED = False
+
+
+def _save_timings() -> None:
+    per_store: dict[Path, dict[tuple[str, str, str], dict[str, Any]]] = {}
+    for ref, seconds in IMPORT_TIMINGS.items():
+        if ref in _TIMING_OWNERS:
+            path, key = _TIMING_OWNERS[ref]
+            per_store.setdefault(path, {}).setdefault(key, {"imports": {}})["imports"][ref] = seconds
+    for path, entries in per_store.items():
+        HealthStore(path.parent).update(entries)
 
 
 _CURRENT: PluginSet | None = None
@@ -320,8 +328,3 @@ def reset_plugins() -> None:
     """Forget the process-wide plugin set (tests, or after installing a plugin)."""
     global _CURRENT
     _CURRENT = None
-
-
-def iter_modules(plugin_set: PluginSet) -> list[ModuleType]:
-    manager = plugin_set.manager
-    return [cast(ModuleType, p) for p in manager.get_plugins()] if manager else []

@@ -80,7 +80,7 @@ def test_registry_lookups_are_lazy_case_insensitive_and_explain_misses():
 
     assert registry.load("json") is json.dumps and entry.lazy.resolved
     assert IMPORT_TIMINGS["json:dumps"] >= 0
-    with pytest.raises(ConflictError, match="d1 1 .* and d2 1"):
+    with pytest.raises(ConflictError, match=r"d1 1 .* and d2 1"):
         registry.get("a")
     with pytest.raises(UnknownExtensionError, match="available: Json"):
         registry.get("nope")
@@ -88,7 +88,7 @@ def test_registry_lookups_are_lazy_case_insensitive_and_explain_misses():
 
 def test_lazy_ref_import_errors_name_the_reference_and_the_fix():
     sys.modules.pop("omni_no_such_module", None)
-    with pytest.raises(LazyImportError, match="cannot import 'omni_no_such_module'.*omni plugins disable"):
+    with pytest.raises(LazyImportError, match=r"cannot import 'omni_no_such_module'.*omni plugins disable"):
         LazyRef("omni_no_such_module:thing", owner="demo").resolve()
     with pytest.raises(LazyImportError, match="has no attribute 'nothing_here'"):
         LazyRef("json:nothing_here").resolve()

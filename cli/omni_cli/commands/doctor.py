@@ -112,7 +112,14 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                         "fix": "expected for large libraries; otherwise defer imports inside it",
                     }
                 )
-    report["notes"] = plugin_set.notes
+    notes = list(plugin_set.notes)
+    if choice is not None:
+        here = {choice.name, report.get("hardware", {}).get("device_type", choice.name)}
+        for r in plugin_set.records:
+            needs = list(r.manifest.requires_hardware) if r.manifest else []
+            if r.status.value == "ok" and needs and not here & set(needs):
+                notes.append(f"plugin {r.name!r} is for {', '.join(needs)} hardware; this machine runs {choice.name}")
+    report["notes"] = notes
     report["problems"] = problems
 
     if as_json:

@@ -42,8 +42,10 @@ def rand(*shape, dtype=torch.float32, seed=0):
     ],
 )
 def test_parity_with_reference(dtype, batch, sq, sk, hq, hkv, head, causal):
-    q, k, v = rand(batch, sq, hq, head, dtype=dtype, seed=1), rand(batch, sk, hkv, head, dtype=dtype, seed=2), rand(
-        batch, sk, hkv, head, dtype=dtype, seed=3
+    q, k, v = (
+        rand(batch, sq, hq, head, dtype=dtype, seed=1),
+        rand(batch, sk, hkv, head, dtype=dtype, seed=2),
+        rand(batch, sk, hkv, head, dtype=dtype, seed=3),
     )
     impl = TorchSDPABackend.create(hq, head, causal=causal, num_kv_heads=hkv)
     out = impl.forward(q, k, v)
@@ -96,7 +98,9 @@ def test_varlen_rejects_batched_input_and_mask():
         impl.forward(x, x, x, AttentionMetadata(extra={"cu_seqlens_q": cu}))
     y = rand(1, 4, 2, 16)
     with pytest.raises(ValueError, match="not both"):
-        impl.forward(y, y, y, AttentionMetadata(attn_mask=torch.ones(4, 4, dtype=torch.bool), extra={"cu_seqlens_q": cu}))
+        impl.forward(
+            y, y, y, AttentionMetadata(attn_mask=torch.ones(4, 4, dtype=torch.bool), extra={"cu_seqlens_q": cu})
+        )
 
 
 def test_invalid_head_configuration_is_rejected():
