@@ -311,6 +311,15 @@ class Registry(Generic[SpecT]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.casefold() in self._entries
 
+    def why_missing(self, name: str) -> str:
+        """A short reason ``name`` cannot be looked up (conflict, filtered, not installed)."""
+        key = name.casefold()
+        if key in self.conflicts:
+            return self.conflicts[key].message()
+        if key in self.filtered:
+            return f"installed but {self.filtered[key]}"
+        return "not installed: no active plugin provides it"
+
     def get(self, name: str) -> Registered[SpecT]:
         key = name.casefold()
         if key in self._entries:

@@ -84,6 +84,11 @@ class AttentionBackend(abc.ABC):
     required_packages: ClassVar[tuple[str, ...]] = ()
     #: lossy backends (quantised kernels) are never chosen automatically
     lossy: ClassVar[bool] = False
+    #: compute capability bounds (inclusive) where the idea applies, e.g. ``(8, 0)`` for Ampere+
+    min_compute_capability: ClassVar[tuple[int, int] | None] = None
+    max_compute_capability: ClassVar[tuple[int, int] | None] = None
+    #: option blocks of :class:`omni_core.attention.config.AttentionSpec` it understands
+    supported_options: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def availability(cls, platform: Platform) -> Availability:
@@ -93,7 +98,60 @@ class AttentionBackend(abc.ABC):
         missing = [p for p in cls.required_packages if importlib.util.find_spec(p) is None]
         if missing:
             return Availability(False, f"package(s) not installed: {', '.join(missing)}")
+        if cls.min_compute_capability or cls.max_compute_capability:
+            cc = platform.compute_capability()
+            low, high = cls.min_compute_capability, cls.max_compute_capability
+            if cc is None:
+                return Availability(False, f"needs a compute capability, {platform.name} reports none")
+            if low and cc < low:
+                return Availability(False, f"needs compute capability >= {_cc(low)}, have {_cc(cc)}")
+            if high and cc > high:
+                return Availability(False, f"needs compute capability <= {_cc(high)}, have {_cc(cc)}")
         return Availability(True, "available")
+
+    @classmethod
+    def unsupported_reason(
+        cls,
+        *,
+        head_size: int | None = None,
+        dtype: str | None = None,
+        causal: bool = False,
+        mask: bool = False,
+        varlen: bool = False,
+        gqa: bool = False,
+    ) -> str | None:
+        """Why this backend cannot serve a call with these properties, or None if it can."""
+        if head_size is not None and cls.supported_head_sizes and head_size not in cls.supported_head_sizes:
+            return f"head size {head_size} not in {list(cls.supported_head_sizes)}"
+        if dtype is not None and dtype not in cls.supported_dtypes:
+            return f"dtype {dtype} not in {list(cls.supported_dtypes)}"
+        for needed, supported, what in (
+            (causal, cls.supports_causal, "causal attention"),
+            (mask, cls.supports_mask, "attention masks"),
+            (varlen, cls.supports_varlen, "variable-length batches"),
+            (gqa, cls.supports_gqa, "grouped-query attention"),
+        ):
+            if needed and not supported:
+                return f"does not support {what}"
+        return None
+
+    @classmethod
+    def validate_options(cls, spec: Any) -> None:
+        """Reject option blocks this backend does not understand, then check their values.
+
+        ``spec`` is an :class:`omni_core.attention.config.AttentionSpec`. Raises ``ValueError``
+        naming the block and what the backend accepts; never ignores an option silently."""
+        given = spec.option_blocks()
+        unknown = sorted(given - cls.supported_options)
+        if unknown:
+            accepts = ", ".join(sorted(cls.supported_options)) or "no option blocks"
+            raise ValueError(f"{cls.name} does not support option block(s) {unknown}; it accepts {accepts}")
+        cls.check_option_values(spec)
+
+    @classmethod
+    def check_option_values(cls, spec: Any) -> None:
+        """Value-level checks of the blocks a backend supports (override where rules exist)."""
+        return None
 
     @classmethod
     @abc.abstractmethod
@@ -117,6 +175,10 @@ class AttentionBackend(abc.ABC):
         if num_kv_heads not in (None, num_heads) and not cls.supports_gqa:
             raise ValueError(f"{cls.name} does not support grouped-query attention")
         return cls.impl_class()(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
+
+
+def _cc(cc: tuple[int, int]) -> str:
+    return f"{cc[0]}.{cc[1]}"
 
 
 def contract_problems(backend: Any) -> list[str]:

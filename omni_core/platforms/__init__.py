@@ -79,9 +79,24 @@ class Platform(abc.ABC):
         """Vendor compute capability (CUDA ``(9, 0)``), or None where the idea does not apply."""
         return None
 
-    def default_attention_chain(self, head_size: int | None = None) -> tuple[str, ...]:
-        """Attention backend names to try, in order, when none is chosen explicitly."""
+    #: shared attention names this platform serves with its own kernel, e.g. ROCm maps
+    #: ``{"FLASH_ATTN": "ROCM_AITER_FA"}``: asking for FLASH_ATTN there runs AITER
+    attention_aliases: ClassVar[dict[str, str]] = {}
+
+    def default_attention_chain(
+        self, head_size: int | None = None, packed_mask_free: bool = False
+    ) -> tuple[str, ...]:
+        """Attention backend names to try, in order, when none is chosen explicitly.
+
+        ``packed_mask_free`` is the model's opt-in for kernels that need packed, mask-free
+        calls. The chain must end with ``TORCH_SDPA``, the universal last resort."""
         return ("TORCH_SDPA",)
+
+    def resolve_attention_name(self, name: str) -> str:
+        """The registry name that serves ``name`` on this platform (vendor kernels behind a
+        shared name); names are case-insensitive."""
+        key = name.strip().upper()
+        return self.attention_aliases.get(key, key)
 
     def autocast(self, dtype: str) -> contextlib.AbstractContextManager[Any]:
         """A context in which matmuls run in ``dtype`` on this device."""

@@ -64,7 +64,7 @@ class CpuPlatform(Platform):
     def supported_dtypes(self) -> tuple[str, ...]:
         return ("float32", "bfloat16", "float16", "float64")
 
-    def default_attention_chain(self, head_size: int | None = None) -> tuple[str, ...]:
+    def default_attention_chain(self, head_size: int | None = None, packed_mask_free: bool = False) -> tuple[str, ...]:
         return ("TORCH_SDPA",)
 
     def facts(self) -> dict[str, Any]:

@@ -1,0 +1,203 @@
+"""Choosing an attention backend per role, explainably.
+
+Explicit choices (a role's spec, the default spec, or the global shorthand) either run or
+fail at startup with the reason; they are never swapped for another backend. Automatic
+choices walk the platform's default chain and take the first backend that is installed,
+available here and supports the call, recording why each earlier one was passed over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omni_core.attention import AttentionBackend, AttentionImpl, contract_problems
+from omni_core.attention.config import AttentionConfig, AttentionConfigError, AttentionSpec
+from omni_core.errors import OmniError
+from omni_core.selection import Explanation, Outcome
+
+if TYPE_CHECKING:
+    from omni_core.platforms import Platform
+    from omni_core.plugins import PluginSet
+
+LAST_RESORT = "TORCH_SDPA"
+
+
+@dataclass(frozen=True)
+class CallProfile:
+    """What the model's call site needs; backends that cannot serve it are passed over."""
+
+    head_size: int | None = None
+    dtype: str | None = None
+    causal: bool = False
+    mask: bool = False
+    varlen: bool = False
+    gqa: bool = False
+    #: the model opts into kernels that need packed, mask-free calls
+    packed_mask_free: bool = False
+
+
+@dataclass
+class AttentionChoice:
+    role: str
+    backend: str
+    backend_class: type[AttentionBackend]
+    #: the spec when chosen explicitly; None when chosen automatically
+    spec: AttentionSpec | None
+    explanation: Explanation
+
+    @property
+    def explicit(self) -> bool:
+        return self.spec is not None
+
+    def create(
+        self,
+        num_heads: int,
+        head_size: int,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        num_kv_heads: int | None = None,
+    ) -> AttentionImpl:
+        return self.backend_class.create(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix=self.role)
+
+
+def _candidate(
+    plugins: PluginSet, platform: Platform, name: str, call: CallProfile, automatic: bool
+) -> tuple[str, type[AttentionBackend] | None, str, str]:
+    """(registry name, class or None, reason, provider) for one backend name."""
+    actual = platform.resolve_attention_name(name)
+    via = f"{platform.name} serves {name} with {actual}; " if actual != name.upper() else ""
+    registry = plugins.attention_backends
+    if actual not in registry:
+        return actual, None, via + registry.why_missing(actual), ""
+    entry = registry.get(actual)
+    provider = str(entry.provider)
+    try:
+        cls = entry.load()
+    except OmniError as exc:
+        return actual, None, via + str(exc), provider
+    problems = contract_problems(cls)
+    if problems:
+        return actual, None, via + "breaks the backend contract: " + "; ".join(problems), provider
+    available = cls.availability(platform)
+    if not available.ok:
+        return actual, None, via + available.reason, provider
+    unsupported = cls.unsupported_reason(
+        head_size=call.head_size, dtype=call.dtype, causal=call.causal, mask=call.mask, varlen=call.varlen, gqa=call.gqa
+    )
+    if unsupported:
+        return actual, None, via + unsupported, provider
+    if automatic and cls.lossy:
+        return actual, None, via + "lossy: used only when chosen explicitly", provider
+    return actual, cls, via + "available and supports the call", provider
+
+
+def explain_attention(
+    plugins: PluginSet,
+    platform: Platform,
+    config: AttentionConfig | None = None,
+    role: str = "self",
+    category: str | None = None,
+    call: CallProfile = CallProfile(),
+) -> tuple[AttentionChoice | None, Explanation]:
+    """Choose the backend for one role and say why; ``(None, explanation)`` if nothing can run.
+    Raises :class:`AttentionConfigError` for an explicit choice that cannot run or whose
+    options the backend rejects."""
+    config = config or AttentionConfig()
+    spec, source = config.spec_for(role, category)
+    explanation = Explanation(f"attention for role {role!r} on {platform.name}")
+
+    if spec.backend:
+        name, cls, reason, provider = _candidate(plugins, platform, spec.backend, call, automatic=False)
+        if cls is None:
+            raise AttentionConfigError(
+                f"attention backend {spec.backend} was chosen explicitly for role {role!r} ({source}) but cannot "
+                f"run here: {reason}. Choose another backend (`omni explain attention` lists them) or remove the "
+                "choice to let omni pick."
+            )
+        try:
+            cls.validate_options(spec)
+        except ValueError as exc:
+            raise AttentionConfigError(f"role {role!r} ({source}): {exc}") from None
+        explanation.add(name, Outcome.SELECTED, f"explicit ({source}); {reason}", provider)
+        for other in plugins.attention_backends.names():
+            if other.upper() != name:
+                explanation.add(other, Outcome.NOT_CONSIDERED, "an explicit choice decides")
+        explanation.winner, explanation.rule = name, f"explicit choice in {source}"
+        return AttentionChoice(role, name, cls, spec, explanation), explanation
+
+    if spec.option_blocks():
+        raise AttentionConfigError(
+            f"role {role!r} ({source}) sets option block(s) {sorted(spec.option_blocks())} without a backend; "
+            "options belong to a backend, so name one with them"
+        )
+    chain = list(platform.default_attention_chain(call.head_size, call.packed_mask_free))
+    if not chain or chain[-1] != LAST_RESORT:
+        chain.append(LAST_RESORT)
+    chosen: AttentionChoice | None = None
+    seen: set[str] = set()
+    for requested in chain:
+        name, cls, reason, provider = _candidate(plugins, platform, requested, call, automatic=True)
+        if name in seen:
+            continue
+        seen.add(name)
+        if chosen is not None:
+            explanation.add(name, Outcome.NOT_CONSIDERED, "an earlier backend in the chain was chosen", provider)
+        elif cls is None:
+            explanation.add(name, Outcome.REJECTED, reason, provider)
+        else:
+            explanation.add(name, Outcome.SELECTED, reason, provider)
+            chosen = AttentionChoice(role, name, cls, None, explanation)
+    for other in plugins.attention_backends.names():
+        if other.upper() not in seen:
+            explanation.add(other, Outcome.NOT_CONSIDERED, f"not in {platform.name}'s default chain: explicit only")
+    if chosen is None:
+        explanation.rule = "no backend in the default chain can run here"
+        return None, explanation
+    rejected = [c for c in explanation.candidates if c.outcome is Outcome.REJECTED]
+    explanation.winner = chosen.backend
+    explanation.rule = f"defaulting to {chosen.backend}" + (
+        f" ({rejected[-1].name} and earlier were passed over)" if rejected else " (first in the default chain)"
+    )
+    return chosen, explanation
+
+
+def select_attention(
+    plugins: PluginSet,
+    platform: Platform,
+    config: AttentionConfig | None = None,
+    role: str = "self",
+    category: str | None = None,
+    call: CallProfile = CallProfile(),
+) -> AttentionChoice:
+    """Like :func:`explain_attention`, but raises when nothing can be chosen."""
+    choice, explanation = explain_attention(plugins, platform, config, role, category, call)
+    if choice is None:
+        raise AttentionConfigError(f"no attention backend can run role {role!r}:\n{explanation.render()}")
+    return choice
+
+
+def describe_backends(plugins: PluginSet, platform: Platform) -> list[dict[str, Any]]:
+    """Every registered backend with what it declares and whether it runs here."""
+    rows = []
+    for entry in plugins.attention_backends:
+        row: dict[str, Any] = {"name": entry.name, "provider": str(entry.provider)}
+        try:
+            cls = entry.load()
+            availability = cls.availability(platform)
+            row.update(
+                available=availability.ok,
+                reason=availability.reason,
+                dtypes=list(cls.supported_dtypes),
+                head_sizes=list(cls.supported_head_sizes),
+                mask=cls.supports_mask,
+                causal=cls.supports_causal,
+                gqa=cls.supports_gqa,
+                varlen=cls.supports_varlen,
+                lossy=cls.lossy,
+                options=sorted(cls.supported_options),
+            )
+        except Exception as exc:
+            row.update(available=False, reason=f"{type(exc).__name__}: {exc}")
+        rows.append(row)
+    return rows
