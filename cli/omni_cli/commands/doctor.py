@@ -63,7 +63,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         problems.append({"problem": explanation.rule, "fix": "install a platform plugin, or set OMNI_PLATFORM"})
     else:
         try:
-            report["hardware"] = choice.instantiate().facts()
+            platform = choice.instantiate()
+            report["hardware"] = platform.facts()
+            report["attention"] = _attention(plugin_set, platform, problems)
         except Exception as exc:
             problems.append(
                 {
@@ -130,6 +132,26 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         raise typer.Exit(EXIT_STRICT if settings.strict else EXIT_PROBLEMS)
 
 
+def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -> dict[str, Any]:
+    """The automatic attention choice for the common roles, and every backend's availability."""
+    from omni_core.attention.config import AttentionConfig, AttentionConfigError
+    from omni_core.attention.selector import describe_backends, explain_attention
+
+    roles = {}
+    for role in ("self", "cross"):
+        try:
+            choice, explanation = explain_attention(plugin_set, platform, AttentionConfig(), role)
+        except AttentionConfigError as exc:
+            problems.append({"problem": str(exc), "fix": "see `omni explain attention`"})
+            continue
+        roles[role] = explanation.to_dict()
+        if choice is None:
+            problems.append(
+                {"problem": f"no attention backend can run role {role!r}", "fix": "install omni-plugin-cpu"}
+            )
+    return {"roles": roles, "backends": describe_backends(plugin_set, platform)}
+
+
 def _print(report: dict[str, Any]) -> None:
     echo = typer.echo
     echo(f"python      {report['python']['version']}  ({report['python']['executable']})")
@@ -150,6 +172,16 @@ def _print(report: dict[str, Any]) -> None:
     echo(exp.render())
     for key, value in (report.get("hardware") or {}).items():
         echo(f"    {key}: {value}")
+    attention = report.get("attention") or {}
+    if attention:
+        echo("")
+        chosen = ", ".join(f"{role} -> {data['winner']}" for role, data in attention["roles"].items())
+        echo(f"attention (automatic): {chosen}   (`omni explain attention` says why)")
+        rows = [
+            (b["name"], "yes" if b.get("available") else "no", b.get("reason", ""), b["provider"])
+            for b in attention["backends"]
+        ]
+        echo(table(("backend", "available", "why", "provider"), rows))
     echo("")
     rows = [
         (
