@@ -4,7 +4,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 SETUP_INPUTS := pyproject.toml cli/pyproject.toml plugin_template/pyproject.toml \
-                omni_plugins/cpu/pyproject.toml requirements-dev.txt scripts/bootstrap.sh
+                $(wildcard omni_plugins/*/pyproject.toml) requirements-dev.txt scripts/bootstrap.sh
 
 .PHONY: setup demo test lint types pytest tox-core bench clean
 
@@ -25,8 +25,10 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
+# The core's tests, then each plugin's own suite in its own pytest run (as its authors run it).
 pytest: setup
-	$(BIN)/pytest tests omni_plugins/cpu/tests
+	$(BIN)/pytest tests
+	@for dir in omni_plugins/*/tests; do echo "== $$dir"; $(BIN)/pytest $$dir || exit 1; done
 
 # The core's tests again in an environment without torch (tox.ini, env "core").
 tox-core: setup

@@ -10,8 +10,22 @@
 * :mod:`omni_core.testing` - the conformance kit for plugin authors
 """
 
+from typing import TYPE_CHECKING
+
 from omni_core._version import PLUGIN_API_VERSION, __version__
-from omni_core.hookspecs import hookimpl
 from omni_core.kinds import Kind
 
+if TYPE_CHECKING:
+    from omni_core.hookspecs import hookimpl
+
 __all__ = ["PLUGIN_API_VERSION", "Kind", "__version__", "hookimpl"]
+
+
+def __getattr__(name: str) -> object:
+    # ``hookimpl`` needs pluggy, which the metadata-only paths (``omni --help``,
+    # ``omni plugins list``) never use: import it on first access only.
+    if name == "hookimpl":
+        from omni_core.hookspecs import hookimpl
+
+        return hookimpl
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -86,6 +86,11 @@ class UserConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}. Fix the file or delete it to reset.") from None
+        unknown = set(data) - {"platform", "plugins", "pins"}
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown key(s) {sorted(unknown)}; the file holds platform, [plugins] disabled and [pins]"
+            )
         plugins = data.get("plugins", {})
         disabled = plugins.get("disabled", []) if isinstance(plugins, dict) else None
         if not isinstance(disabled, list) or not all(isinstance(x, str) for x in disabled):

@@ -10,17 +10,23 @@ A plugin distribution declares itself in its ``pyproject.toml``::
 from __future__ import annotations
 
 import enum
+import functools
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from omni_core._version import PLUGIN_API_VERSION
 from omni_core.config import Settings, normalize_dist
 from omni_core.errors import ManifestError
 from omni_core.kinds import Kind
-from omni_core.manifest import Manifest, read_manifest
+from omni_core.manifest import Manifest, ManifestCache, read_manifest
 
 ENTRY_POINT_GROUP = "omni.plugins"
+#: a header name as the email parser accepts it (printable ASCII but the colon)
+_HEADER_NAME = re.compile(r"[\041-\071\073-\176]+")
 
 #: Distributions that ``OMNI_SAFE_MODE=1`` still loads: the embedded default that ships with omni.
 BUILTIN_DISTRIBUTIONS = frozenset({"omni-plugin-cpu"})
@@ -105,6 +111,7 @@ class PluginRecord:
         }
 
 
+@functools.lru_cache(maxsize=64)
 def api_compatible(spec: str) -> bool:
     """Whether a plugin's ``omni_api`` range admits this core's plugin API version."""
     from packaging.specifiers import SpecifierSet
@@ -112,45 +119,105 @@ def api_compatible(spec: str) -> bool:
     return SpecifierSet(spec).contains(PLUGIN_API_VERSION, prereleases=True)
 
 
-def _entry_points() -> list[metadata.EntryPoint]:
+@dataclass(frozen=True)
+class Installed:
+    """One plugin as found on disk, before any setting applies: its entry point, its
+    distribution and its manifest (or why the manifest could not be read)."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    manifest: Manifest | None = None
+    manifest_error: str = ""
+
+
+def _name_version(dist: metadata.Distribution) -> tuple[str, str]:
+    """``(dist.name, dist.version)``, reading only the metadata headers.
+
+    ``dist.name`` and ``dist.version`` each run the whole metadata file, long description
+    included, through the email parser. The two headers sit before the first blank line; any
+    header block that is not plain ``Key: value`` lines (folded lines, carriage returns, a
+    missing header) goes through ``dist.metadata`` as before, so the result is the same.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")  # what dist.metadata reads
+    if text:
+        head = text.split("\n\n", 1)[0]
+        found: dict[str, str] = {}
+        for line in head.split("\n"):
+            if not line:  # the blank line ending the headers
+                break
+            key, sep, value = line.partition(":")
+            if not sep or "\r" in line or not _HEADER_NAME.fullmatch(key):
+                found.clear()  # not a plain header line: let the email parser decide
+                break
+            found.setdefault(key.lower(), value.lstrip(" \t"))
+        if "name" in found and "version" in found:
+            return found["name"], found["version"]
+    meta = dist.metadata
+    return meta["Name"], meta["Version"]
+
+
+def _entry_points() -> list[tuple[metadata.EntryPoint, str, str]]:
+    """(entry point, distribution name, version); each distribution's metadata is parsed once."""
     seen: set[tuple[str, str]] = set()
     found = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        key = (normalize_dist(dist), ep.name)
+        dist = ep.dist
+        dist_name, version = _name_version(dist) if dist is not None else ("?", "?")
+        key = (normalize_dist(dist_name), ep.name)
         if key in seen:  # the same distribution visible twice on sys.path
             continue
         seen.add(key)
-        found.append(ep)
+        found.append((ep, dist_name if dist is not None else "unknown", version))
     return found
 
 
-def discover(settings: Settings) -> list[PluginRecord]:
-    """Every installed plugin with its manifest and the status knowable without importing it."""
+def scan_installed(cache_dir: Path | None = None) -> list[Installed]:
+    """Read every installed plugin's entry point and manifest. Imports no plugin code.
+
+    With ``cache_dir``, parsed manifests are remembered there (see :class:`ManifestCache`).
+    """
+    cache = ManifestCache(cache_dir) if cache_dir is not None else None
+    found = []
+    for ep, dist_name, version in _entry_points():
+        try:
+            found.append(Installed(ep.name, ep.value, dist_name, version, read_manifest(ep.value, cache)))
+        except ManifestError as exc:
+            found.append(Installed(ep.name, ep.value, dist_name, version, None, str(exc)))
+    if cache is not None:
+        cache.save()
+    return found
+
+
+def discover(settings: Settings, installed: Sequence[Installed] | None = None) -> list[PluginRecord]:
+    """Every installed plugin with its manifest and the status knowable without importing it.
+
+    ``installed`` reuses an earlier :func:`scan_installed` (one process that discovers twice
+    need not read every manifest twice); by default the environment is scanned now.
+    """
     records: list[PluginRecord] = []
-    for ep in _entry_points():
-        dist = ep.dist
+    for item in scan_installed(settings.cache_dir) if installed is None else installed:
         record = PluginRecord(
-            name=ep.name,
-            module=ep.value,
-            distribution=dist.name if dist is not None else "unknown",
-            version=dist.version if dist is not None else "?",
+            name=item.name,
+            module=item.module,
+            distribution=item.distribution,
+            version=item.version,
         )
         records.append(record)
-        try:
-            record.manifest = read_manifest(ep.value)
-        except ManifestError as exc:
+        if item.manifest is None:
             record.fail(
                 Status.INVALID_MANIFEST,
-                str(exc),
+                item.manifest_error,
                 f"reinstall or fix {record.distribution}; `omni plugins disable {record.name}` skips it",
             )
             continue
+        record.manifest = item.manifest
         _apply_api_range(record)
     _flag_duplicate_names(records)
     for record in records:
-        if record.status is Status.OK:
-            _apply_filters(record, settings)
+        # also for plugins already found broken: disabling one is how a user silences it
+        _apply_filters(record, settings)
     return sorted(records, key=lambda r: (r.name, r.distribution))
 
 
@@ -189,23 +256,30 @@ def _flag_duplicate_names(records: list[PluginRecord]) -> None:
             )
 
 
+def _disable(record: PluginRecord, reason: str, fix: str = "") -> None:
+    if record.status.is_problem:  # keep what was wrong, for `omni plugins show`
+        record.warnings.append(f"also {record.status}: {record.reason}")
+    record.fail(Status.DISABLED, reason, fix)
+
+
 def _apply_filters(record: PluginRecord, settings: Settings) -> None:
     name = record.name.casefold()
     if settings.safe_mode and not record.builtin:
-        record.fail(Status.DISABLED, "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only")
+        _disable(record, "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only")
     elif name in settings.deny_plugins:
-        record.fail(
-            Status.DISABLED,
+        _disable(
+            record,
             "disabled by OMNI_DISABLE_PLUGINS or `omni plugins disable`",
             f"`omni plugins enable {record.name}`",
         )
     elif settings.allow_plugins is not None and name not in settings.allow_plugins:
-        assert record.manifest is not None
-        if record.manifest.of_kind(Kind.PLATFORM):
-            record.platforms_only = True
-            record.warnings.append("not in OMNI_PLUGINS: contributes its platforms only")
+        if record.manifest is not None and record.manifest.of_kind(Kind.PLATFORM):
+            # platforms are exempt from OMNI_PLUGINS, so a broken one stays a problem
+            if record.status is Status.OK:
+                record.platforms_only = True
+                record.warnings.append("not in OMNI_PLUGINS: contributes its platforms only")
         else:
-            record.fail(Status.DISABLED, "not in OMNI_PLUGINS", f"add {record.name} to OMNI_PLUGINS")
+            _disable(record, "not in OMNI_PLUGINS", f"add {record.name} to OMNI_PLUGINS")
 
 
 def extension_filtered(kind: Kind, name: str, settings: Settings) -> str | None:

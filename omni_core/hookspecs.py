@@ -76,8 +76,11 @@ def omni_register_attention_backends(registry: AttentionBackendRegistrar) -> Non
     """Register attention backends by name (``TORCH_SDPA``, ``FLASH_ATTN``, ...).
 
     ``ref`` names an :class:`omni_core.attention.AttentionBackend` subclass, which declares
-    what it supports and whether it can run here. A vendor maps a shared name to its own
-    kernel by registering that name with ``device_types`` set and a higher ``priority``.
+    what it supports and whether it can run here. ``device_types`` repeats the class's own
+    declaration so listings can show it without importing the class (the conformance kit
+    checks they agree). Names are global: a vendor serves a shared name such as
+    ``FLASH_ATTN`` with its own kernel by registering the kernel under its own name and
+    mapping the shared name to it in its platform's ``attention_aliases``.
     """
 
 
@@ -87,7 +90,8 @@ def omni_register_models(registry: ModelRegistrar) -> None:
 
     ``architectures`` and ``model_types`` say which checkpoints the family serves (the
     ``model_index.json`` ``_class_name``, the HF ``architectures`` or ``model_type``);
-    ``aliases`` keeps old names resolving. ``ref`` is imported only when the model is used.
+    ``aliases`` keeps old names resolving (a registry lookup by an alias finds the model).
+    ``ref`` is imported only when the model is used.
     """
 
 
@@ -96,8 +100,9 @@ def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
     """Register text-to-speech adapters.
 
     ``stage_keys`` and ``model_archs`` drive detection (an architecture match beats a stage
-    key); ``detect_priority`` orders detection, lower first. Two adapters with the same
-    ``detect_priority`` that can match the same model are an error at startup.
+    key); ``detect_priority`` orders detection, lower first. The contract for detection:
+    two adapters with the same ``detect_priority`` that can match the same model are an
+    error when the speech runtime starts, never a silent first match.
     """
 
 
@@ -114,8 +119,9 @@ def omni_register_connectors(registry: ConnectorRegistrar) -> None:
 def omni_register_offloaders(registry: OffloaderRegistrar) -> None:
     """Register memory offload strategies (model-level, layer-wise, ...).
 
-    ``ref`` is the strategy class. Exactly one strategy is active at a time; each declares
-    what it cannot be combined with, checked before anything is moved.
+    ``ref`` is the strategy class. The contract for the runtime that applies them: exactly
+    one strategy is active at a time, and each class declares what it cannot be combined
+    with, checked before anything is moved.
     """
 
 
@@ -129,14 +135,15 @@ def omni_register_commands(registry: CommandRegistrar) -> None:
     """
 
 
-@hookspec(historic=True)
+@hookspec
 def omni_configure(config: OmniConfig) -> None:
-    """Called once after every plugin has registered and the registries are resolved.
+    """Called once per process, after every plugin's registration hooks succeeded and before
+    names are resolved, with each plugin in turn.
 
     Receives the resolved :class:`omni_core.runtime_config.OmniConfig` (read it; do not
-    register from here). Historic: a plugin registered later is called too. Use it for
-    one-time setup that depends on the final configuration, such as logging or warnings.
-    Exceptions are recorded against the plugin like any other hook failure.
+    register from here). Use it for one-time setup that depends on the final configuration,
+    such as logging or warnings. An exception skips the plugin (status ``hook-failed``) like
+    any other hook failure, so a plugin whose setup failed contributes nothing.
     """
 
 

@@ -63,8 +63,8 @@ class LazyRef:
         except Exception as exc:
             raise LazyImportError(
                 f"cannot import {self.module!r} for {self.ref!r}{who}: "
-                f"{type(exc).__name__}: {exc}. Install the plugin's dependencies "
-                "(`omni doctor` lists them) or disable it with `omni plugins disable NAME`."
+                f"{type(exc).__name__}: {exc}. Install what the plugin needs "
+                "(its README and `pip show` list it) or disable it with `omni plugins disable NAME`."
             ) from exc
         for part in self.attribute.split("."):
             try:

@@ -19,6 +19,10 @@ its hooks register exactly what the manifest declares.
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import os
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -143,11 +147,90 @@ def locate_manifest(module: str) -> Path:
     )
 
 
-def read_manifest(module: str) -> Manifest:
-    """Locate and parse the manifest of the plugin whose hook module is ``module``."""
+def read_manifest(module: str, cache: ManifestCache | None = None) -> Manifest:
+    """Locate and parse the manifest of the plugin whose hook module is ``module``.
+
+    With a ``cache``, an unchanged file's TOML is not parsed again; it is validated all the same.
+    """
     path = locate_manifest(module)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = cache.read(path) if cache is not None else tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ManifestError(f"{path}: {exc}") from None
     return parse_manifest(data, str(path))
+
+
+MANIFEST_CACHE_FILENAME = "manifest-cache.json"
+_CACHE_FORMAT = 1
+#: a file written this recently may change again within its timestamps' resolution: not cached
+_SETTLE_NS = 2_000_000_000
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` survives a JSON round trip unchanged (TOML dates do not)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, int))  # bool is an int
+
+
+class ManifestCache:
+    """Parsed manifests kept between runs in the cache directory (``OMNI_CACHE_DIR``), so that
+    discovery does not parse every installed plugin's TOML again on every command.
+
+    An entry is used only while its file keeps the same inode, size, mtime and ctime (ctime
+    changes with every write and cannot be set back), and a file written in the last two
+    seconds is not cached at all, so an edited manifest is always read afresh. Only the TOML
+    parse is saved: :func:`parse_manifest` validates the data on every use. An unreadable or
+    unwritable cache directory just means nothing is remembered.
+    """
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.path = cache_dir / MANIFEST_CACHE_FILENAME
+        self._entries: dict[str, Any] | None = None
+        self._dirty = False
+
+    def _load(self) -> dict[str, Any]:
+        if self._entries is None:
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = None
+            ok = isinstance(data, dict) and data.get("format") == _CACHE_FORMAT
+            manifests = data.get("manifests") if ok else None
+            self._entries = manifests if isinstance(manifests, dict) else {}
+        return self._entries
+
+    def read(self, path: Path) -> dict[str, Any]:
+        """The parsed TOML of ``path``; raises what reading and parsing it would raise."""
+        st = path.stat()  # before reading: a write after it changes the stamp
+        stamp = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        key = str(path)
+        entries = self._load()
+        hit = entries.get(key)
+        if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("data"), dict):
+            return hit["data"]  # type: ignore[no-any-return]
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLE_NS and _plain(data):
+            entries[key] = {"stamp": stamp, "data": data}
+            self._dirty = True
+        elif entries.pop(key, None) is not None:
+            self._dirty = True
+        return data
+
+    def save(self) -> None:
+        """Write the cache back if anything changed, dropping entries for files now gone."""
+        if not self._dirty or self._entries is None:
+            return
+        entries = {k: v for k, v in self._entries.items() if os.path.exists(k)}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps({"format": _CACHE_FORMAT, "manifests": entries}), encoding="utf-8")
+            tmp.replace(self.path)
+        except OSError:
+            pass
+        self._dirty = False

@@ -54,7 +54,7 @@ class AttentionBackendSpec(ExtensionSpec):
     """An attention backend: ``ref`` is an :class:`omni_core.attention.AttentionBackend` subclass."""
 
     kind: ClassVar[Kind] = Kind.ATTENTION_BACKEND
-    #: device types this implementation is for (empty: any); a vendor maps a shared name here
+    #: device types it runs on (empty: any), repeating the class's declaration for listings
     device_types: tuple[str, ...] = ()
 
 
@@ -299,6 +299,11 @@ class Registry(Generic[SpecT]):
         self._entries[decision.winner.name.casefold()] = entry(decision.winner, decision.rule)
         self.shadowed.extend((entry(o, decision.rule), decision.rule) for o in decision.shadowed)
 
+    def _by_alias(self, key: str) -> list[Registered[SpecT]]:
+        return [
+            e for e in self._entries.values() if key in {a.casefold() for a in getattr(e.spec, "aliases", ())}
+        ]
+
     def names(self) -> list[str]:
         return sorted(e.name for e in self._entries.values())
 
@@ -309,7 +314,7 @@ class Registry(Generic[SpecT]):
         return len(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.casefold() in self._entries
+        return isinstance(name, str) and (name.casefold() in self._entries or bool(self._by_alias(name.casefold())))
 
     def why_missing(self, name: str) -> str:
         """A short reason ``name`` cannot be looked up (conflict, filtered, not installed)."""
@@ -326,6 +331,12 @@ class Registry(Generic[SpecT]):
             return self._entries[key]
         if key in self.conflicts:
             raise ConflictError(self.conflicts[key].message())
+        aliased = self._by_alias(key)
+        if len(aliased) == 1:
+            return aliased[0]
+        if len(aliased) > 1:
+            who = " and ".join(f"{e.name} ({e.provider})" for e in aliased)
+            raise ConflictError(f"{self.kind.label} alias {name!r} is claimed by {who}; use the name itself")
         if key in self.filtered:
             raise UnknownExtensionError(f"{self.kind.label} {name!r} is installed but {self.filtered[key]}")
         known = ", ".join(self.names()) or "none"

@@ -22,6 +22,8 @@ def _key(distribution: str, version: str, plugin: str) -> str:
 class HealthStore:
     def __init__(self, cache_dir: Path) -> None:
         self.path = cache_dir / HEALTH_FILENAME
+        #: what :meth:`lookup` reads, loaded once (a listing looks up every plugin)
+        self._snapshot: dict[str, Any] | None = None
 
     def read(self) -> dict[str, Any]:
         try:
@@ -31,7 +33,9 @@ class HealthStore:
         return data if isinstance(data, dict) else {}
 
     def lookup(self, distribution: str, version: str, plugin: str) -> dict[str, Any] | None:
-        entry = self.read().get(_key(distribution, version, plugin))
+        if self._snapshot is None:
+            self._snapshot = self.read()
+        entry = self._snapshot.get(_key(distribution, version, plugin))
         return entry if isinstance(entry, dict) else None
 
     def update(self, entries: dict[tuple[str, str, str], dict[str, Any]]) -> None:
@@ -56,3 +60,4 @@ class HealthStore:
             tmp.replace(self.path)
         except OSError:
             pass
+        self._snapshot = None

@@ -14,6 +14,11 @@ pip install --quiet --upgrade pip
 # torch first and pinned: 2.13.0 is the CPU build this project is tested with; an unpinned
 # torch resolves to a multi-GB CUDA build. torchvision/torchaudio are kept out on purpose.
 pip install --quiet "torch==2.13.0"
-pip install --quiet -e . -e ./plugin_template -e ./cli -e ./omni_plugins/cpu
+pip install --quiet -e . -e ./plugin_template -e ./cli
+# Every plugin of this repository, each its own distribution (vendor plugins stay inactive
+# where their hardware is absent: `omni explain platform` says why).
+plugins=()
+for dir in omni_plugins/*/; do plugins+=(-e "./$dir"); done
+pip install --quiet "${plugins[@]}"
 pip install --quiet -r requirements-dev.txt
 "$VENV/bin/omni" --version

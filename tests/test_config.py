@@ -48,6 +48,7 @@ def test_user_config_round_trips_and_feeds_settings(tmp_path):
         ("[plugins]\ndisabled = 'x'", "must be a list"),
         ("[pins.gadget]\nX = 'y'", "unknown extension kind"),
         ("platform = 3", "platform must be a string"),
+        ("disabled = ['x']", r"unknown key\(s\) \['disabled'\]"),
     ],
 )
 def test_bad_config_files_name_the_problem(tmp_path, text, message):

@@ -29,7 +29,7 @@ def test_parses_declared_extensions_with_kind_specific_fields():
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.pop("omni_api"), "missing \"omni_api\""),
+        (lambda d: d.pop("omni_api"), 'missing "omni_api"'),
         (lambda d: d.update(colour="red"), "unknown key"),
         (lambda d: d.update(platform={"name": "x"}), "array of tables"),
         (lambda d: d["model"][0].pop("ref"), "needs ref"),

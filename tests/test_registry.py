@@ -92,3 +92,19 @@ def test_lazy_ref_import_errors_name_the_reference_and_the_fix():
         LazyRef("omni_no_such_module:thing", owner="demo").resolve()
     with pytest.raises(LazyImportError, match="has no attribute 'nothing_here'"):
         LazyRef("json:nothing_here").resolve()
+
+
+def test_models_resolve_by_alias_and_ambiguous_aliases_are_errors():
+    registrar = ModelRegistrar(Provider("p", "omni-plugin-p", "1"))
+    new = registrar.register("flux", "json:dumps", aliases=("flux-old", "FluxLegacy"))
+    other = ModelRegistrar(Provider("q", "omni-plugin-q", "1")).register("sd3", "json:loads", aliases=("fluxlegacy",))
+    registry: Registry = Registry(Kind.MODEL)
+    offers = [
+        Offer(Kind.MODEL, "flux", 0, "p", "omni-plugin-p", "1", new),
+        Offer(Kind.MODEL, "sd3", 0, "q", "omni-plugin-q", "1", other),
+    ]
+    for decision in resolve(offers, {}).decisions.values():
+        registry.add(decision)
+    assert registry.get("FLUX-OLD").name == "flux" and "flux-old" in registry
+    with pytest.raises(ConflictError, match=r"alias 'FluxLegacy' is claimed by flux .* and sd3"):
+        registry.get("FluxLegacy")

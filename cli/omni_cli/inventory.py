@@ -5,12 +5,14 @@ Reads declared metadata only (no plugin code, no torch) unless asked to load.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.config import Settings
 from omni_core.conflicts import Conflict, Offer, resolve
-from omni_core.discovery import PluginRecord, Status, discover, extension_filtered
+from omni_core.discovery import Installed, PluginRecord, Status, discover, extension_filtered, scan_installed
 from omni_core.kinds import Kind
 from omni_core.state import HealthStore
 
@@ -54,6 +56,36 @@ class Inventory:
         return data
 
 
+_SCAN: list[Installed] | None = None
+_SCAN_ONCE = False
+
+
+@contextmanager
+def scan_once() -> Iterator[None]:
+    """Within this block, every discovery reuses one scan of the installed plugins.
+
+    ``omni`` discovers twice per run (plugin commands for the command line, then the command
+    itself); reading every entry point and manifest once keeps that cost flat. Nothing is
+    installed in between: ``omni install`` runs pip in a subprocess and rediscovers nothing.
+    """
+    global _SCAN, _SCAN_ONCE
+    _SCAN, _SCAN_ONCE = None, True
+    try:
+        yield
+    finally:
+        _SCAN, _SCAN_ONCE = None, False
+
+
+def installed_plugins(settings: Settings) -> list[Installed] | None:
+    """The scan shared inside :func:`scan_once`, or None outside it (scan afresh)."""
+    global _SCAN
+    if not _SCAN_ONCE:
+        return None
+    if _SCAN is None:
+        _SCAN = scan_installed(settings.cache_dir)
+    return _SCAN
+
+
 def take_inventory(load: bool = False) -> Inventory:
     """Discover plugins. With ``load=True`` import them now (isolated) for real outcomes."""
     settings = Settings.from_env()
@@ -63,7 +95,7 @@ def take_inventory(load: bool = False) -> Inventory:
         plugin_set = load_plugins(settings)  # raises PluginLoadError in strict mode
         return Inventory(settings, plugin_set.records, plugin_set.conflicts, loaded=True)
 
-    records = discover(settings)
+    records = discover(settings, installed_plugins(settings))
     store = HealthStore(settings.cache_dir)
     health = {}
     for r in records:

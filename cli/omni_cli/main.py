@@ -12,10 +12,11 @@ from typing import Any
 
 import typer
 
+from omni_cli._typer import OmniTyper
 from omni_cli.commands import doctor, explain, install, new_plugin, plugins
 from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT
 
-app = typer.Typer(
+app = OmniTyper(
     name="omni",
     help="Serve omni-modality models (text, speech, image, video) through pip-installable plugins.",
     no_args_is_help=True,
@@ -67,7 +68,7 @@ def _plugin_command(name: str, help_text: str) -> Any:
         if isinstance(target, typer.Typer):
             command = typer.main.get_command(target)
         elif callable(target):
-            wrapper = typer.Typer(add_completion=False)
+            wrapper = OmniTyper(add_completion=False)
             wrapper.command(name)(target)
             command = typer.main.get_command(wrapper)
         else:
@@ -80,13 +81,14 @@ def _plugin_command(name: str, help_text: str) -> Any:
 
 def add_plugin_commands(target: typer.Typer) -> None:
     """Add every declared command of the enabled plugins, without importing them."""
+    from omni_cli.inventory import installed_plugins
     from omni_core.config import Settings
     from omni_core.discovery import Status, discover, extension_filtered
     from omni_core.kinds import Kind
 
     try:
         settings = Settings.from_env()
-        records = discover(settings)
+        records = discover(settings, installed_plugins(settings))
     except Exception as exc:  # a bad config file must not take --help down
         typer.echo(f"warning: plugin commands unavailable: {exc}", err=True)
         return
@@ -107,18 +109,31 @@ def add_plugin_commands(target: typer.Typer) -> None:
             )(_plugin_command(declared.name, help_text))
 
 
+def _early_root_flags(argv: list[str]) -> None:
+    """Apply ``--safe-mode`` before plugin commands are added (click parses it only later),
+    so safe mode hides third-party commands from ``--help`` just as OMNI_SAFE_MODE=1 does."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return  # the command: options after it are its own
+        if arg == "--safe-mode":
+            os.environ["OMNI_SAFE_MODE"] = "1"
+
+
 def main() -> None:
+    from omni_cli.inventory import scan_once
     from omni_core.errors import OmniError, PluginLoadError
 
-    add_plugin_commands(app)
-    try:
-        app()
-    except PluginLoadError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_STRICT)
-    except OmniError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_PROBLEMS)
+    _early_root_flags(sys.argv[1:])
+    with scan_once():  # plugin commands and the command itself share one scan
+        add_plugin_commands(app)
+        try:
+            app()
+        except PluginLoadError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_STRICT)
+        except OmniError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_PROBLEMS)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ class Availability:
 class AttentionImpl(abc.ABC):
     """One layer's attention, built by :meth:`AttentionBackend.create`."""
 
+    #: the role's :class:`omni_core.attention.config.AttentionSpec` when the backend was chosen
+    #: explicitly with option blocks (validated and set by ``create``); None otherwise
+    options: Any = None
+
     def __init__(
         self,
         num_heads: int,
@@ -167,14 +171,23 @@ class AttentionBackend(abc.ABC):
         causal: bool = False,
         num_kv_heads: int | None = None,
         prefix: str = "",
+        options: Any = None,
     ) -> AttentionImpl:
+        """Build one layer's implementation. ``options`` is the governing ``AttentionSpec``
+        when it carries option blocks: it is validated here and handed to the impl as
+        ``impl.options``, so the blocks a backend accepts actually reach its kernel."""
         if cls.supported_head_sizes and head_size not in cls.supported_head_sizes:
             raise ValueError(f"{cls.name} supports head sizes {list(cls.supported_head_sizes)}, not {head_size}")
         if causal and not cls.supports_causal:
             raise ValueError(f"{cls.name} does not support causal attention")
         if num_kv_heads not in (None, num_heads) and not cls.supports_gqa:
             raise ValueError(f"{cls.name} does not support grouped-query attention")
-        return cls.impl_class()(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
+        if options is not None:
+            cls.validate_options(options)
+        impl = cls.impl_class()(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
+        if options is not None:
+            impl.options = options
+        return impl
 
 
 def _cc(cc: tuple[int, int]) -> str:

@@ -97,7 +97,10 @@ class AttentionConfig(_Block):
             data: Any = value
             if isinstance(value, str):
                 text = value.strip()
-                data = json.loads(text) if text.startswith("{") else {"default": {"backend": text}}
+                try:
+                    data = json.loads(text) if text.startswith("{") else {"default": {"backend": text}}
+                except json.JSONDecodeError as exc:
+                    raise AttentionConfigError(f"attention config is not valid JSON: {exc}") from None
             try:
                 config = cls.model_validate(data or {})
             except ValidationError as exc:

@@ -58,6 +58,12 @@ class AttentionChoice:
         causal: bool = False,
         num_kv_heads: int | None = None,
     ) -> AttentionImpl:
+        if self.spec is not None and self.spec.option_blocks():
+            # the option blocks reach the implementation (``impl.options``); a spec without
+            # blocks is not passed, so backends whose ``create`` predates options keep working
+            return self.backend_class.create(
+                num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix=self.role, options=self.spec
+            )
         return self.backend_class.create(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix=self.role)
 
 

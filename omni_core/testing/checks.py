@@ -223,6 +223,11 @@ def _check_attention_backend(entry: Registered[Any], obj: Any) -> list[str]:
         return problems
     if obj.name.casefold() != entry.name.casefold():
         problems.append(f"backend class name {obj.name!r} != registered {entry.name!r}")
+    if tuple(entry.spec.device_types) != tuple(obj.device_types):
+        problems.append(
+            f"attention backend {entry.name!r}: registered device_types {tuple(entry.spec.device_types)} "
+            f"!= the class's {tuple(obj.device_types)}"
+        )
     if obj.device_types and "cpu" not in obj.device_types:
         return problems  # numerics are checked on the hardware it declares (vendor test suites)
     if importlib.util.find_spec("torch") is None:

@@ -146,8 +146,14 @@ def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -
             continue
         roles[role] = explanation.to_dict()
         if choice is None:
+            # name why each candidate cannot run (a missing package, say): the fix depends on it
+            why = "; ".join(f"{c.name}: {c.reason}" for c in explanation.candidates if c.outcome.value == "rejected")
             problems.append(
-                {"problem": f"no attention backend can run role {role!r}", "fix": "install omni-plugin-cpu"}
+                {
+                    "problem": f"no attention backend can run role {role!r}" + (f" ({why})" if why else ""),
+                    "fix": "install what those backends need, or a plugin with a backend for this platform "
+                    "(`omni explain attention` says why)",
+                }
             )
     return {"roles": roles, "backends": describe_backends(plugin_set, platform)}
 

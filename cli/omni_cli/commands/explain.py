@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import EXIT_PROBLEMS, emit_json
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json
 
 app = OmniTyper(help="Explain how omni chose something: candidates, rejections, winner.", no_args_is_help=True)
 
@@ -16,13 +16,17 @@ def explain_platform_cmd(as_json: bool = typer.Option(False, "--json", help="Mac
     from omni_core.platforms import explain_platform
     from omni_core.plugins import load_plugins
 
-    choice, explanation = explain_platform(load_plugins())
+    plugins = load_plugins()
+    choice, explanation = explain_platform(plugins)
     if as_json:
         emit_json(explanation.to_dict())
     else:
         typer.echo(explanation.render())
     if choice is None:
         raise typer.Exit(EXIT_PROBLEMS)
+    if plugins.settings.strict and explanation.failures:
+        typer.echo("error: a platform probe failed (OMNI_STRICT_PLUGINS=1)", err=True)
+        raise typer.Exit(EXIT_STRICT)
 
 
 @app.command("attention")

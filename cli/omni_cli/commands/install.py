@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
+import tomllib
 from pathlib import Path
 
 import typer
@@ -30,30 +30,38 @@ def _python_flag(cmd: list[str]) -> list[str]:
     return ["--python", sys.executable] if cmd[0] != sys.executable else []
 
 
-def check_wheel(wheel: Path) -> tuple[str, str | None]:
-    """(plugin description, problem or None) for one built wheel."""
-    import tomllib
+def check_staged(staging: Path) -> list[tuple[str, str]]:
+    """(distribution, problem) for every omni plugin unpacked in ``staging`` that this core
+    cannot load. Packages without a manifest (ordinary dependencies) are not checked."""
+    from importlib import metadata
 
     from omni_core._version import PLUGIN_API_VERSION
     from omni_core.discovery import api_compatible
     from omni_core.errors import ManifestError
     from omni_core.manifest import MANIFEST_FILENAME, parse_manifest
 
-    with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.endswith("/" + MANIFEST_FILENAME) and n.count("/") == 1]
-        if not names:
-            return (wheel.name, None)  # not an omni plugin (a dependency, say): nothing to check
+    refused = []
+    for dist in metadata.distributions(path=[str(staging)]):
+        manifests = [f for f in dist.files or () if f.name == MANIFEST_FILENAME and len(f.parts) == 2]
+        if not manifests:
+            continue
+        label = f"{dist.metadata['Name']} {dist.version}"
+        path = Path(str(dist.locate_file(manifests[0])))
         try:
-            manifest = parse_manifest(tomllib.loads(zf.read(names[0]).decode()), f"{wheel.name}:{names[0]}")
+            manifest = parse_manifest(tomllib.loads(path.read_text(encoding="utf-8")), f"{label}: {manifests[0]}")
         except (ManifestError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            return (wheel.name, f"invalid manifest: {exc}")
-    try:
-        ok = api_compatible(manifest.omni_api)
-    except Exception:
-        return (wheel.name, f"omni_api {manifest.omni_api!r} is not a version range")
-    if not ok:
-        return (wheel.name, f"supports omni plugin API {manifest.omni_api}, this omni provides {PLUGIN_API_VERSION}")
-    return (wheel.name, None)
+            refused.append((label, f"invalid manifest: {exc}"))
+            continue
+        try:
+            ok = api_compatible(manifest.omni_api)
+        except Exception:
+            refused.append((label, f"omni_api {manifest.omni_api!r} is not a version range"))
+            continue
+        if not ok:
+            refused.append(
+                (label, f"supports omni plugin API {manifest.omni_api}, this omni provides {PLUGIN_API_VERSION}")
+            )
+    return refused
 
 
 def install(
@@ -62,23 +70,23 @@ def install(
 ) -> None:
     """Install plugins into this environment, refusing API-incompatible ones before installing."""
     pip = pip_command()
-    with tempfile.TemporaryDirectory(prefix="omni-install-") as tmp:
-        if pip[0] == sys.executable:
-            build = [*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", tmp, *packages]
-        else:  # uv: build wheels the uv way
-            build = [pip[0], "build", "--wheel", "--out-dir", tmp, *packages]
-        typer.echo(f"checking {' '.join(packages)} ...")
-        if subprocess.run(build, check=False).returncode != 0:
-            raise fail("could not fetch or build the packages above; nothing was installed")
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        refused = [(w, why) for w, why in map(check_wheel, wheels) if why]
-        for name, why in refused:
-            typer.echo(f"  {name}: {why}", err=True)
-        if refused and not force:
+    if not force:
+        # Stage the requested packages (not their dependencies) in a throw-away directory and
+        # read their manifests: the environment is untouched until every one of them passes.
+        with tempfile.TemporaryDirectory(prefix="omni-install-") as staging:
+            typer.echo(f"checking {' '.join(packages)} ...")
+            stage = [*pip, "install", "--quiet", "--no-deps", "--target", staging, *packages]
+            if subprocess.run(stage, check=False).returncode != 0:
+                raise fail("could not fetch or build the packages above; nothing was installed")
+            refused = check_staged(Path(staging))
+        for package, why in refused:
+            typer.echo(f"  {package}: {why}", err=True)
+        if refused:
             raise fail(
-                "nothing was installed; upgrade omni or choose a compatible plugin version (--force skips this check)"
+                "nothing was installed; upgrade omni or choose a compatible plugin version "
+                "(--force skips this check)"
             )
-        result = subprocess.run([*pip, "install", *_python_flag(pip), *map(str, wheels)], check=False)
+    result = subprocess.run([*pip, "install", *_python_flag(pip), *packages], check=False)
     if result.returncode != 0:
         raise typer.Exit(EXIT_PROBLEMS)
     typer.echo("installed; `omni plugins list` shows what was added")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import typer
 
+from omni_cli._typer import OmniTyper
 from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, fail, table
 
-app = typer.Typer(help="List, inspect, enable, disable and pin installed plugins.", no_args_is_help=True)
+app = OmniTyper(help="List, inspect, enable, disable and pin installed plugins.", no_args_is_help=True)
 
 
 def _provides_summary(data: dict) -> str:
@@ -178,7 +179,10 @@ def pin(
     except ValueError as exc:
         raise fail(str(exc)) from None
     config = UserConfig.load(Settings.from_env().config_path)
-    config.pins.setdefault(parsed.value, {})[name] = distribution
+    table_ = config.pins.setdefault(parsed.value, {})
+    for k in [k for k in table_ if k.casefold() == name.casefold()]:
+        del table_[k]  # names are case-insensitive: re-pinning replaces, never adds a rival key
+    table_[name] = distribution
     config.save()
     typer.echo(f"{parsed.label} {name} pinned to {distribution}; saved to {config.path}")
 

@@ -17,3 +17,6 @@ def omni_register_platforms(registry):  # type: ignore[no-untyped-def]
 @hookimpl
 def omni_register_attention_backends(registry):  # type: ignore[no-untyped-def]
     registry.register("TORCH_SDPA", "omni_plugin_cpu.attention:TorchSDPABackend")
+    # Explicit only: no platform lists them in its default chain.
+    registry.register("REFERENCE_ATTN", "omni_plugin_cpu.reference:ReferenceBackend")
+    registry.register("CHUNKED_ATTN", "omni_plugin_cpu.chunked:ChunkedBackend")

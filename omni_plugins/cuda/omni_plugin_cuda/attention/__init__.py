@@ -1,0 +1,1 @@
+"""CUDA attention backends, one module each. Kernel packages are imported on first use."""

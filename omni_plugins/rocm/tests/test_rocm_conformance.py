@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestRocmPluginConformance(PluginConformance):
+    plugin_name = "rocm"

@@ -1,0 +1,360 @@
+"""End to end: which plugins and extensions load, steered by environment, config and flags.
+
+OMNI_PLUGINS / OMNI_DISABLE_PLUGINS filter whole plugins (platforms exempt from the allow-list),
+OMNI_<KIND>S / OMNI_DISABLE_<KIND>S filter names of one kind, safe mode loads built-ins only,
+`omni plugins disable/enable` persist in the config file, `omni plugins freeze` lists what is active.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
+ZOO = (
+    "omni-fixture-good",
+    "omni-fixture-import-fails",
+    "omni-fixture-hook-raises",
+    "omni-fixture-incompatible",
+    "omni-fixture-dup-a",
+    "omni-fixture-dup-b",
+    "omni-fixture-lying",
+)
+THIRD_PARTY = (
+    "fixture-dup-a",
+    "fixture-dup-b",
+    "fixture-good",
+    "fixture-hook-raises",
+    "fixture-import-fails",
+    "fixture-incompatible",
+    "fixture-lying",
+)
+GREETING = "hello, Ada, from omni-fixture-good"
+
+REGISTRIES = """
+import json
+from omni_core.kinds import Kind
+from omni_core.plugins import load_plugins
+ps = load_plugins()
+print(json.dumps({
+    "names": {k.value: ps.registry(k).names() for k in Kind},
+    "filtered": {k.value: ps.registry(k).filtered for k in Kind},
+    "conflicts": [c.name for c in ps.conflicts],
+    "status": {r.name: r.status.value for r in ps.records},
+    "platforms_only": sorted(r.name for r in ps.records if r.platforms_only),
+}))
+"""
+
+
+@pytest.fixture(scope="session")
+def fixture_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the fixture packages, so pip's in-tree builds never write into the repo."""
+    dest = tmp_path_factory.mktemp("fixture-src")
+    for pkg in FIXTURES.iterdir():
+        if (pkg / "pyproject.toml").is_file():
+            shutil.copytree(pkg, dest / pkg.name, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def torch_findable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory that makes this interpreter's torch findable, by symlinks; nothing imports it.
+
+    The shared venv installs the CPU plugin without its torch dependency. ``omni doctor`` rightly
+    reports that no attention backend can run there, so a clean doctor needs torch to be
+    installed, as in any real install; omni itself only looks it up (``find_spec``).
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        pytest.skip("torch is not installed in the interpreter running the tests")
+    package = Path(spec.origin).parent
+    shim = tmp_path_factory.mktemp("torch-findable")
+    (shim / "torch").symlink_to(package, target_is_directory=True)
+    for dist_info in package.parent.glob("torch-*.dist-info"):
+        (shim / dist_info.name).symlink_to(dist_info, target_is_directory=True)
+    return shim
+
+
+@pytest.fixture
+def install(install_plugins: Callable[..., Any], fixture_src: Path, torch_findable: Path) -> Callable[..., Any]:
+    def go(*names: str) -> Any:
+        venv = install_plugins(*(fixture_src / name for name in names))
+        return dataclasses.replace(venv, extra_paths=[*venv.extra_paths, torch_findable])
+
+    return go
+
+
+def check(result: Any, code: int = 0) -> Any:
+    assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
+
+
+def listing(venv: Any, *args: str, **env: str) -> dict[str, Any]:
+    return check(venv.omni("plugins", "list", "--json", *args, **env)).json()
+
+
+def statuses(data: dict[str, Any]) -> dict[str, str]:
+    return {p["name"]: p["status"] for p in data["plugins"]}
+
+
+def registries(venv: Any, **env: str) -> dict[str, Any]:
+    return json.loads(check(venv.run([venv.python, "-c", REGISTRIES], env=venv.env(**env))).stdout)
+
+
+def winner(venv: Any, **env: str) -> str | None:
+    return check(venv.omni("explain", "platform", "--json", **env)).json()["winner"]
+
+
+def help_commands(venv: Any, *args: str, **env: str) -> set[str]:
+    text = check(venv.omni(*args, "--help", **env)).stdout
+    block = text.split("Commands:", 1)[1]
+    return {m.group(1) for m in re.finditer(r"^  (\S+)", block, re.M)}
+
+
+# --- OMNI_PLUGINS / OMNI_DISABLE_PLUGINS --------------------------------------------------------
+
+
+def test_allow_list_loads_only_the_named_plugins_but_keeps_the_platform(install):
+    venv = install(*ZOO)
+    env = {"OMNI_PLUGINS": "fixture-good"}
+    data = listing(venv, **env)
+    assert statuses(data) == {"cpu": "ok", "fixture-good": "ok"}
+    assert data["hidden_disabled"] == 7 - 1
+    cpu = next(p for p in data["plugins"] if p["name"] == "cpu")
+    assert cpu["platforms_only"] is True
+    assert cpu["warnings"] == ["not in OMNI_PLUGINS: contributes its platforms only"]
+    everything = {p["name"]: p for p in listing(venv, "--all", **env)["plugins"]}
+    for name in set(THIRD_PARTY) - {"fixture-good"}:
+        assert everything[name]["status"] == "disabled"
+        assert everything[name]["reason"] == "not in OMNI_PLUGINS"
+        assert everything[name]["fix"] == f"add {name} to OMNI_PLUGINS"
+
+    # the platform of the plugin left out still wins; its other extensions are gone
+    assert winner(venv, **env) == "cpu"
+    snapshot = registries(venv, **env)
+    assert snapshot["platforms_only"] == ["cpu"]
+    assert snapshot["names"]["platform"] == ["cpu"]
+    assert snapshot["names"]["attention_backend"] == ["FIXTURE_ATTN"]  # no TORCH_SDPA
+    assert snapshot["names"]["model"] == ["echo-model"]
+    # the broken plugins were left out, so no plugin has a problem. The CPU plugin keeps only its
+    # platform, though: its TORCH_SDPA is gone, so doctor finds nothing to run attention with.
+    report = check(venv.omni("doctor", "--json", **env), 1).json()
+    assert [p["problem"] for p in report["problems"]] == [
+        f"no attention backend can run role {role!r} (TORCH_SDPA: not installed: no active plugin provides it)"
+        for role in ("self", "cross")
+    ]
+    assert {p["name"]: p["status"] for p in report["plugins"]}["fixture-import-fails"] == "disabled"
+    assert check(venv.omni("hello", "--name", "Ada", **env)).stdout.strip() == GREETING
+    # names are case-insensitive and the list may carry blanks
+    assert statuses(listing(venv, OMNI_PLUGINS=" FIXTURE-GOOD , ")) == {"cpu": "ok", "fixture-good": "ok"}
+
+
+def test_allow_list_leaves_an_accelerator_platform_in_charge(install):
+    venv = install("omni-fixture-good", "omni-fixture-platform")
+    env = {"OMNI_PLUGINS": "fixture-good", "FIXTURE_ACCEL": "1"}
+    assert winner(venv, **env) == "fixture-accel"
+    assert registries(venv, **env)["platforms_only"] == ["cpu", "fixture-platform"]
+    # an explicit deny removes a platform
+    assert winner(venv, OMNI_DISABLE_PLUGINS="fixture-platform", FIXTURE_ACCEL="1") == "cpu"
+
+
+def test_deny_list_skips_plugins_without_touching_the_config(install):
+    venv = install(*ZOO)
+    deny = "fixture-import-fails,fixture-hook-raises,fixture-incompatible,fixture-lying,fixture-dup-a"
+    data = listing(venv, "--all", OMNI_DISABLE_PLUGINS=deny)
+    assert statuses(data) == {
+        "cpu": "ok",
+        "fixture-good": "ok",
+        "fixture-dup-b": "ok",
+        **{name: "disabled" for name in deny.split(",")},
+    }
+    assert data["conflicts"] == []
+    assert "no problems found" in check(venv.omni("doctor", OMNI_DISABLE_PLUGINS=deny)).stdout
+    assert not (venv.home / "config" / "config.toml").exists()
+    check(venv.omni("doctor"), 1)  # the environment only applies where it is set
+
+
+def test_denying_the_only_platform_leaves_no_platform(install):
+    venv = install("omni-fixture-good")
+    result = check(venv.omni("explain", "platform", OMNI_DISABLE_PLUGINS="cpu"), 1)
+    assert "=> nothing selected (no platform claims this machine; install omni-plugin-cpu or a vendor plugin)" in (
+        result.stdout
+    )
+    doctor = check(venv.omni("doctor", OMNI_DISABLE_PLUGINS="cpu"), 1)
+    assert "problem 1: no platform claims this machine" in doctor.stdout
+    # the rest still works
+    assert check(venv.omni("hello", "--name", "Ada", OMNI_DISABLE_PLUGINS="cpu")).stdout.strip() == GREETING
+
+
+# --- per-kind lists ------------------------------------------------------------------------------
+
+
+def test_per_kind_model_lists_filter_models_only(install):
+    venv = install("omni-fixture-good", "omni-fixture-dup-a", "omni-fixture-dup-b", "omni-fixture-platform")
+    assert [c["name"] for c in listing(venv)["conflicts"]] == ["shared-model"]
+
+    allow = registries(venv, OMNI_MODELS="echo-model")
+    assert allow["names"]["model"] == ["echo-model"]
+    assert allow["filtered"]["model"] == {"shared-model": "not in OMNI_MODELS"}
+    assert allow["conflicts"] == []
+    # every plugin still loads, and other kinds are untouched
+    assert set(allow["status"].values()) == {"ok"}
+    assert allow["names"]["platform"] == ["cpu", "fixture-accel"]
+    assert allow["names"]["attention_backend"] == ["FIXTURE_ATTN", "TORCH_SDPA"]
+    assert allow["names"]["command"] == ["fixture-tools", "hello"]
+    assert winner(venv, OMNI_MODELS="echo-model") == "cpu"
+    assert winner(venv, OMNI_MODELS="echo-model", FIXTURE_ACCEL="1") == "fixture-accel"
+
+    deny = registries(venv, OMNI_DISABLE_MODELS="SHARED-MODEL")  # case-insensitive
+    assert deny["names"]["model"] == ["echo-model"]
+    assert deny["filtered"]["model"] == {"shared-model": "removed by OMNI_DISABLE_MODELS"}
+    assert deny["conflicts"] == []
+
+    # a filtered name is no conflict in any view
+    for env in ({"OMNI_MODELS": "echo-model"}, {"OMNI_DISABLE_MODELS": "shared-model"}):
+        assert listing(venv, **env)["conflicts"] == []
+        assert listing(venv, "--load", **env)["conflicts"] == []
+        assert "no problems found" in check(venv.omni("doctor", **env)).stdout
+        check(venv.omni("--strict", "plugins", "list", "--load", **env))
+    check(venv.omni("--strict", "plugins", "list", "--load"), 3)
+
+
+def test_per_kind_lists_for_commands_platforms_and_attention_backends(install):
+    venv = install("omni-fixture-good", "omni-fixture-platform")
+    commands = help_commands(venv)
+    assert {"hello", "fixture-tools"} <= commands
+
+    for env in ({"OMNI_DISABLE_COMMANDS": "hello"}, {"OMNI_COMMANDS": "fixture-tools"}):
+        shown = help_commands(venv, **env)
+        assert "hello" not in shown and "fixture-tools" in shown
+        result = check(venv.omni("hello", **env), 2)
+        assert "No such command 'hello'" in result.stderr
+        assert check(venv.omni("fixture-tools", "ping", **env)).stdout.strip() == "pong from omni-fixture-good"
+
+    assert winner(venv, OMNI_PLATFORMS="cpu", FIXTURE_ACCEL="1") == "cpu"
+    assert winner(venv, OMNI_DISABLE_PLATFORMS="fixture-accel", FIXTURE_ACCEL="1") == "cpu"
+    snapshot = registries(venv, OMNI_DISABLE_ATTENTION_BACKENDS="FIXTURE_ATTN")
+    assert snapshot["names"]["attention_backend"] == ["TORCH_SDPA"]
+    assert snapshot["filtered"]["attention_backend"] == {"fixture_attn": "removed by OMNI_DISABLE_ATTENTION_BACKENDS"}
+    assert snapshot["names"]["model"] == ["echo-model"]
+
+
+# --- safe mode -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_safe_mode_loads_only_the_builtin_cpu_plugin(install, how):
+    venv = install(*ZOO)
+    env = {"OMNI_SAFE_MODE": "1"} if how == "env" else {}
+    flag = ("--safe-mode",) if how == "flag" else ()
+
+    def omni(*args: str, code: int = 0) -> Any:
+        return check(venv.omni(*flag, *args, **env), code)
+
+    data = omni("plugins", "list", "--json").json()
+    assert data["safe_mode"] is True
+    assert statuses(data) == {"cpu": "ok"}
+    assert data["hidden_disabled"] == 7
+    everything = {p["name"]: p for p in omni("plugins", "list", "--all", "--json").json()["plugins"]}
+    for name in THIRD_PARTY:
+        assert everything[name]["status"] == "disabled"
+        assert everything[name]["reason"] == "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only"
+    assert everything["cpu"]["builtin"] is True
+
+    loaded = omni("plugins", "list", "--load", "--json").json()
+    assert statuses(loaded) == {"cpu": "ok"}
+    assert loaded["conflicts"] == []
+    assert "no problems found" in omni("doctor").stdout
+    assert omni("explain", "platform", "--json").json()["winner"] == "cpu"
+    omni("--strict", "plugins", "list", "--load")  # the broken plugins are no problem either
+    # no third-party code ran: only the CPU plugin has a remembered load
+    health = json.loads((venv.home / "cache" / "plugin-health.json").read_text())
+    assert list(health) == ["omni-plugin-cpu==0.1.0/cpu"]
+    # third-party commands are gone, from --help too
+    assert not {"hello", "fixture-tools", "fixture-explode"} & help_commands(venv, *flag, **env)
+    assert "No such command 'hello'" in omni("hello", code=2).stderr
+    # freeze lists the active plugins only
+    assert omni("plugins", "freeze").stdout.splitlines() == ["omni-plugin-cpu==0.1.0"]
+
+
+def test_safe_mode_flag_applies_to_the_root_only(install):
+    venv = install("omni-fixture-good")
+    assert check(venv.omni("hello", "--name", "Ada")).stdout.strip() == GREETING
+    # after the command name, --safe-mode is the command's own (unknown) option
+    result = check(venv.omni("hello", "--safe-mode"), 2)
+    assert "No such option: --safe-mode" in result.stdout + result.stderr
+
+
+# --- persistent disable / enable -------------------------------------------------------------
+
+
+def test_disable_and_enable_persist_in_the_config_file(install):
+    venv = install("omni-fixture-good", "omni-fixture-dup-a")
+    config = venv.home / "config" / "config.toml"
+    assert not config.exists()
+
+    out = check(venv.omni("plugins", "disable", "fixture-good")).stdout
+    assert out.strip() == f"fixture-good is disabled; saved to {config}"
+    assert tomllib.loads(config.read_text()) == {"plugins": {"disabled": ["fixture-good"]}}
+    data = listing(venv)
+    assert statuses(data) == {"cpu": "ok", "fixture-dup-a": "ok"} and data["hidden_disabled"] == 1
+    assert "hello" not in help_commands(venv)
+    check(venv.omni("hello"), 2)
+    assert statuses(listing(venv, "--load")) == {"cpu": "ok", "fixture-dup-a": "ok"}
+
+    again = check(venv.omni("plugins", "disable", "fixture-good")).stdout
+    assert again.strip() == f"fixture-good is already disabled; saved to {config}"
+    check(venv.omni("plugins", "disable", "fixture-dup-a"))
+    assert tomllib.loads(config.read_text())["plugins"]["disabled"] == ["fixture-dup-a", "fixture-good"]
+    unknown = check(venv.omni("plugins", "disable", "fixture-nope")).stdout
+    assert "(no plugin of that name is installed right now)" in unknown
+
+    out = check(venv.omni("plugins", "enable", "FIXTURE-GOOD")).stdout  # names are case-insensitive
+    assert out.strip() == f"FIXTURE-GOOD is enabled; saved to {config}"
+    assert tomllib.loads(config.read_text())["plugins"]["disabled"] == ["fixture-dup-a", "fixture-nope"]
+    assert check(venv.omni("hello", "--name", "Ada")).stdout.strip() == GREETING
+    assert "fixture-good is already enabled" in check(venv.omni("plugins", "enable", "fixture-good")).stdout
+
+    # another config directory knows nothing of it; the env deny-list adds to the file's
+    other = {"OMNI_CONFIG_DIR": str(venv.home / "other-config")}
+    assert statuses(listing(venv, **other)) == {"cpu": "ok", "fixture-dup-a": "ok", "fixture-good": "ok"}
+    assert statuses(listing(venv, OMNI_DISABLE_PLUGINS="fixture-good")) == {"cpu": "ok"}
+
+
+def test_a_broken_config_file_is_reported_not_a_crash(install):
+    venv = install("omni-fixture-good")
+    config = venv.home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[plugins]\ndisabled = 'fixture-good'\n")
+    result = check(venv.omni("plugins", "list"), 1)
+    assert f"error: {config}: [plugins] disabled must be a list of plugin names" in result.stderr
+    # --help still works (without plugin commands) and says why
+    shown = venv.omni("--help")
+    check(shown)
+    assert "warning: plugin commands unavailable" in shown.stderr
+
+
+# --- freeze ----------------------------------------------------------------------------------
+
+
+def test_freeze_prints_active_plugins_only(install):
+    venv = install(*ZOO)
+    check(venv.omni("plugins", "disable", "fixture-dup-a"))
+    check(venv.omni("plugins", "list", "--load"))  # learn which plugins fail to load
+    lines = check(venv.omni("plugins", "freeze")).stdout.splitlines()
+    assert lines == ["omni-fixture-dup-b==2.0.0", "omni-fixture-good==0.1.0", "omni-plugin-cpu==0.1.0"]
+    assert check(venv.omni("plugins", "freeze", OMNI_PLUGINS="fixture-good")).stdout.splitlines() == [
+        "omni-fixture-good==0.1.0",
+        "omni-plugin-cpu==0.1.0",
+    ]
