@@ -137,7 +137,12 @@ def explain_attention(
             f"role {role!r} ({source}) sets option block(s) {sorted(spec.option_blocks())} without a backend; "
             "options belong to a backend, so name one with them"
         )
-    chain = list(platform.default_attention_chain(call.head_size, call.packed_mask_free))
+    # packed_mask_free joined the signature within plugin API 1.0: pass it only when a model
+    # opts in, so platforms that override the original default_attention_chain(head_size) work
+    if call.packed_mask_free:
+        chain = list(platform.default_attention_chain(call.head_size, packed_mask_free=True))
+    else:
+        chain = list(platform.default_attention_chain(call.head_size))
     if not chain or chain[-1] != LAST_RESORT:
         chain.append(LAST_RESORT)
     chosen: AttentionChoice | None = None

@@ -74,9 +74,7 @@ class ChunkedAttentionImpl(AttentionImpl):
             bounds = varlen_bounds(query, mask, extra["cu_seqlens_q"], extra.get("cu_seqlens_k"))
             out = torch.zeros_like(query)  # positions outside every sequence stay zero
             for q0, q1, k0, k1 in bounds:
-                out[:, q0:q1] = self._dense(
-                    query[:, q0:q1], key[:, k0:k1], value[:, k0:k1], None, block_q, block_k
-                )
+                out[:, q0:q1] = self._dense(query[:, q0:q1], key[:, k0:k1], value[:, k0:k1], None, block_q, block_k)
             return out
         return self._dense(query, key, value, mask, block_q, block_k)
 
@@ -93,30 +91,37 @@ class ChunkedAttentionImpl(AttentionImpl):
             mask = _mask_as_4d(mask, (batch, heads, seq_q, seq_k))
         offset = seq_k - seq_q  # causal: query i sees keys j <= i + offset
         neg_inf = float("-inf")
+        pairs = batch * kv_heads  # one (query group, kv head) pair per matrix of a batched product
         keys = key.transpose(1, 2)  # (B, Hkv, Sk, D), a view
         values = value.transpose(1, 2)
+        # One block of scores, reused by every step: allocating a fresh block each time would
+        # make the allocator hand the pages back to the OS and fault them in again.
+        buffer = torch.empty(pairs * groups * min(block_q, seq_q) * min(block_k, seq_k), dtype=dtype, device=device)
 
         for i0 in range(0, seq_q, block_q):
             i1 = min(i0 + block_q, seq_q)
             rows = i1 - i0
-            # (B, rows, Hq, D) -> (B, Hkv, G * rows, D): the G query heads of one kv head stacked
-            # along the rows, so one product against that kv head serves all of them.
+            # (B, rows, Hq, D) -> (B * Hkv, G * rows, D): the G query heads of one kv head stacked
+            # along the rows, so one product against that kv head serves all of them (no repeats).
             q = query[:, i0:i1].to(dtype).reshape(batch, rows, kv_heads, groups, dim)
-            q = q.permute(0, 2, 3, 1, 4).reshape(batch, kv_heads, groups * rows, dim) * self.softmax_scale
-            acc = torch.zeros(batch, kv_heads, groups * rows, dim, dtype=dtype, device=device)
-            row_max = torch.full((batch, kv_heads, groups * rows, 1), neg_inf, dtype=dtype, device=device)
-            row_sum = torch.zeros(batch, kv_heads, groups * rows, 1, dtype=dtype, device=device)
+            q = q.permute(0, 2, 3, 1, 4).reshape(pairs, groups * rows, dim) * self.softmax_scale
+            acc = torch.zeros(pairs, groups * rows, dim, dtype=dtype, device=device)
+            row_max = torch.full((pairs, groups * rows, 1), neg_inf, dtype=dtype, device=device)
+            row_sum = torch.zeros(pairs, groups * rows, 1, dtype=dtype, device=device)
             # Causal: the last query of this block sees keys < i1 + offset; later blocks are skipped.
             key_stop = min(seq_k, i1 + offset) if self.causal else seq_k
 
             for j0 in range(0, key_stop, block_k):
                 j1 = min(j0 + block_k, seq_k)
-                k = keys[:, :, j0:j1].to(dtype)
-                v = values[:, :, j0:j1].to(dtype)
-                scores = q @ k.transpose(-1, -2)  # (B, Hkv, G * rows, cols)
-                grid = scores.view(batch, kv_heads, groups, rows, j1 - j0)  # same memory, per-head view
+                cols = j1 - j0
+                k = keys[:, :, j0:j1].to(dtype).reshape(pairs, cols, dim)
+                v = values[:, :, j0:j1].to(dtype).reshape(pairs, cols, dim)
+                scores = buffer[: pairs * groups * rows * cols].view(pairs, groups * rows, cols)
+                torch.bmm(q, k.transpose(1, 2), out=scores)
+                grid = scores.view(batch, kv_heads, groups, rows, cols)  # same memory, per-head view
                 if self.causal and j1 - 1 > i0 + offset:  # some query of the block must not see some key
-                    visible = torch.arange(j0, j1, device=device) <= torch.arange(i0, i1, device=device)[:, None] + offset
+                    last_visible = torch.arange(i0, i1, device=device)[:, None] + offset  # per query row
+                    visible = torch.arange(j0, j1, device=device) <= last_visible
                     grid.masked_fill_(~visible, neg_inf)
                 if mask is not None:
                     part = mask[:, :, i0:i1] if mask.shape[2] != 1 else mask
@@ -134,11 +139,11 @@ class ChunkedAttentionImpl(AttentionImpl):
                 probs = scores.sub_(safe_max).exp_()  # in place: the block's scores become weights
                 rescale = (row_max - safe_max).exp_()
                 row_sum.mul_(rescale).add_(probs.sum(dim=-1, keepdim=True))
-                acc.mul_(rescale).add_(probs @ v)
+                acc.mul_(rescale).baddbmm_(probs, v)  # acc = acc * rescale + probs @ v
                 row_max = new_max
 
             # Rows that saw no key have row_sum 0 and acc 0: their output is 0, as with TORCH_SDPA.
-            block = acc / row_sum.masked_fill(row_sum == 0, 1.0)
+            block = acc.div_(row_sum.masked_fill_(row_sum == 0, 1.0))
             block = block.view(batch, kv_heads, groups, rows, dim).permute(0, 3, 1, 2, 4)
             out[:, i0:i1] = block.reshape(batch, rows, heads, dim)
         return out

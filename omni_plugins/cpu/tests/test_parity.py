@@ -301,7 +301,7 @@ def test_chunked_never_materialises_the_score_matrix():
     """The largest tensor any op produces stays within one block of scores (or the output),
     far below the (batch, heads, seq_q, seq_k) matrix REFERENCE_ATTN builds. Checked on the
     ops themselves, so it does not depend on the allocator."""
-    batch, seq, heads, kv_heads, head, block = 1, 1024, 4, 2, 16, 64
+    batch, seq, heads, kv_heads, head, block = 1, 768, 4, 2, 16, 96
     q = rand(batch, seq, heads, head, seed=1)
     k, v = rand(batch, seq, kv_heads, head, seed=2), rand(batch, seq, kv_heads, head, seed=3)
     mask = torch.rand(batch, 1, seq, seq, generator=torch.Generator().manual_seed(4)) > 0.1  # an input, not counted
@@ -363,7 +363,7 @@ def test_chunked_rejects_bad_block_sizes_and_masks():
             impl.forward(x, x, x, AttentionMetadata(extra={"chunk_size_q": bad}))
     with pytest.raises(ValueError, match="does not broadcast"):
         impl.forward(x, x, x, AttentionMetadata(attn_mask=torch.ones(3, 8, 8, dtype=torch.bool)))
-    with pytest.raises(ValueError, match="boolean .* or an additive float mask"):
+    with pytest.raises(ValueError, match=r"boolean .* or an additive float mask"):
         impl.forward(x, x, x, AttentionMetadata(attn_mask=torch.ones(8, 8, dtype=torch.int64)))
 
 

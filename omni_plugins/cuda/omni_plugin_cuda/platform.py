@@ -107,7 +107,9 @@ class CudaPlatform(Platform):
         super().seed_everything(seed)
         import torch
 
-        torch.cuda.manual_seed_all(seed)  # lazy: recorded until CUDA initialises
+        # torch.manual_seed seeds the CUDA generators too; said explicitly so the platform's
+        # contract does not rest on that. Lazy: applied when CUDA initialises.
+        torch.cuda.manual_seed_all(seed)
 
     def facts(self) -> dict[str, Any]:
         import torch

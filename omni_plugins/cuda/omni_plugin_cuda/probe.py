@@ -142,7 +142,5 @@ def probe() -> ProbeResult:
     if build is None:
         return ProbeResult(False, f"NVIDIA GPU found ({shown}) but torch is not installed: {INSTALL_HINT}")
     if build.cuda is None:
-        return ProbeResult(
-            False, f"NVIDIA GPU found but torch {build.version} is a {build.kind} build: {INSTALL_HINT}"
-        )
+        return ProbeResult(False, f"NVIDIA GPU found but torch {build.version} is a {build.kind} build: {INSTALL_HINT}")
     return ProbeResult(True, f"NVIDIA GPU found ({shown}); torch {build.version} is built for CUDA {build.cuda}")

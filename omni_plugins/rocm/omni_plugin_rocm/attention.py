@@ -31,6 +31,20 @@ def _dtype_name(tensor: Any) -> str:
 
 
 class RocmAiterFlashAttentionImpl(AttentionImpl):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        num_kv_heads: int | None = None,
+        prefix: str = "",
+    ) -> None:
+        limit = RocmAiterFlashAttentionBackend.max_head_size
+        if head_size > limit:
+            raise ValueError(f"ROCM_AITER_FA supports head sizes up to {limit}, not {head_size}")
+        super().__init__(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
+
     def forward(self, query: Any, key: Any, value: Any, metadata: AttentionMetadata | None = None) -> Any:
         extra = metadata.extra if metadata is not None else {}
         mask = metadata.attn_mask if metadata is not None else None
@@ -133,20 +147,6 @@ class RocmAiterFlashAttentionBackend(AttentionBackend):
         return super().unsupported_reason(
             head_size=head_size, dtype=dtype, causal=causal, mask=mask, varlen=varlen, gqa=gqa
         )
-
-    @classmethod
-    def create(
-        cls,
-        num_heads: int,
-        head_size: int,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        num_kv_heads: int | None = None,
-        prefix: str = "",
-    ) -> AttentionImpl:
-        if head_size > cls.max_head_size:
-            raise ValueError(f"{cls.name} supports head sizes up to {cls.max_head_size}, not {head_size}")
-        return super().create(num_heads, head_size, softmax_scale, causal, num_kv_heads, prefix)
 
     @classmethod
     def impl_class(cls) -> type[AttentionImpl]:

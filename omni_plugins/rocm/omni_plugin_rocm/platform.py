@@ -89,6 +89,18 @@ def torch_build_info(torch_dir: Path) -> dict[str, Any]:
     return values
 
 
+def hidden_by_env() -> str | None:
+    """Why the environment hides every GPU from this process (``HIP_VISIBLE_DEVICES=-1``), or None."""
+    for name in (VISIBLE_ENV, "ROCR_VISIBLE_DEVICES"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        first = value.split(",")[0].strip()
+        if first == "" or first.startswith("-"):
+            return f"{name}={value!r} hides every GPU from this process"
+    return None
+
+
 def probe() -> ProbeResult:
     """Claims the machine when an AMD GPU is visible through KFD and torch is a ROCm build."""
     if not KFD_DEVICE.exists():
@@ -97,6 +109,9 @@ def probe() -> ProbeResult:
     if not archs:
         return ProbeResult(False, f"{KFD_DEVICE} exists but the KFD topology ({KFD_TOPOLOGY_NODES}) lists no GPU")
     gpus = f"{len(archs)} AMD GPU(s) ({', '.join(sorted(set(archs)))})"
+    hidden = hidden_by_env()
+    if hidden:
+        return ProbeResult(False, f"{gpus} found, but {hidden}")
     torch_dir = torch_package_dir()
     if torch_dir is None:
         return ProbeResult(False, f"{gpus} found, but torch is not installed; install a ROCm build of torch")

@@ -83,6 +83,8 @@ def rocm_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRocmMac
     from omni_plugin_rocm import platform
 
     machine = make_machine(tmp_path / "machine")
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(platform, "KFD_DEVICE", machine.kfd)
     monkeypatch.setattr(platform, "KFD_TOPOLOGY_NODES", machine.nodes)
     monkeypatch.setattr(platform, "torch_package_dir", lambda: machine.torch_dir)
@@ -271,12 +273,16 @@ def no_aiter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def rocm_plugins(omni_isolated: Path) -> Iterator[Any]:
-    """The installed cpu and rocm plugins, loaded in isolation from the user's settings."""
+    """The installed cpu and rocm plugins, loaded in isolation from the user's settings and from
+    every other installed plugin (denied, so that no other platform's probe runs either)."""
     from omni_core.config import Settings
+    from omni_core.discovery import discover
     from omni_core.plugins import load_plugins
 
-    settings = dataclasses.replace(Settings.from_env(), allow_plugins=frozenset({"cpu", "rocm"}))
-    yield load_plugins(settings)
+    keep = frozenset({"cpu", "rocm"})
+    settings = Settings.from_env()
+    others = frozenset(r.name.casefold() for r in discover(settings)) - keep
+    yield load_plugins(dataclasses.replace(settings, allow_plugins=keep, deny_plugins=others))
 
 
 def reference_attention(q: Any, k: Any, v: Any, scale: float, causal: bool = False, mask: Any = None) -> Any:

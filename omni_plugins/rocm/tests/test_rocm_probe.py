@@ -40,6 +40,16 @@ def test_does_not_claim_when_the_topology_lists_only_cpus(rocm_machine):
     assert "lists no GPU" in result.reason
 
 
+@pytest.mark.parametrize("variable", ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"])
+@pytest.mark.parametrize("value", ["", "-1"])
+def test_does_not_claim_when_the_environment_hides_every_gpu(rocm_machine, monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    result = probe()
+    assert result.claims is False and f"{variable}={value!r} hides every GPU" in result.reason
+    monkeypatch.setenv(variable, "0,1")
+    assert probe().claims is True
+
+
 def test_does_not_claim_without_torch(rocm_machine, monkeypatch):
     from omni_plugin_rocm import platform
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from omni_core.attention import AttentionBackend, AttentionImpl, AttentionMetadata, Availability
@@ -31,6 +32,16 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def hip_build() -> str | None:
+    """The HIP version when the installed torch is a ROCm build (None for CUDA builds, and
+    when torch is not installed)."""
+    if not installed("torch"):
+        return None
+    import torch
+
+    return getattr(torch.version, "hip", None)
 
 
 def sm(cc: tuple[int, int]) -> str:
@@ -83,6 +94,10 @@ class CudaAttentionBackend(AttentionBackend):
     def availability(cls, platform: Platform) -> Availability:
         if platform.device_type not in cls.device_types:
             return Availability(False, f"runs on {'/'.join(cls.device_types)}, not {platform.device_type}")
+        hip = hip_build()
+        if hip:
+            # ROCm builds of torch drive AMD GPUs as device type "cuda" too
+            return Availability(False, f"needs NVIDIA CUDA; this torch is a ROCm (HIP {hip}) build")
         if cls.compute_capabilities or cls.min_compute_capability or cls.max_compute_capability:
             cc = platform.compute_capability()
             if cc is None:
@@ -220,17 +235,17 @@ def varlen_bounds(name: str, query: Any, key: Any, mask: Any, extra: dict[str, A
     bounds_q, bounds_k = [int(x) for x in dev_q.tolist()], [int(x) for x in dev_k.tolist()]
     if len(bounds_q) != len(bounds_k) or len(bounds_q) < 2:
         raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number (>= 1) of sequences")
-    if bounds_q[0] != 0 or bounds_k[0] != 0 or any(b < a for a, b in zip(bounds_q, bounds_q[1:], strict=False)):
+    if bounds_q[0] != 0 or bounds_k[0] != 0 or any(b < a for a, b in pairwise(bounds_q)):
         raise ValueError("cu_seqlens must start at 0 and never decrease")
-    if any(b < a for a, b in zip(bounds_k, bounds_k[1:], strict=False)):
+    if any(b < a for a, b in pairwise(bounds_k)):
         raise ValueError("cu_seqlens must start at 0 and never decrease")
     if bounds_q[-1] != query.shape[1] or bounds_k[-1] != key.shape[1]:
         raise ValueError(
             f"cu_seqlens must cover the packed tensors: they end at {bounds_q[-1]} (q) and {bounds_k[-1]} (k), "
             f"the tensors hold {query.shape[1]} and {key.shape[1]} tokens"
         )
-    lengths_q = [b - a for a, b in zip(bounds_q, bounds_q[1:], strict=False)]
-    lengths_k = [b - a for a, b in zip(bounds_k, bounds_k[1:], strict=False)]
+    lengths_q = [b - a for a, b in pairwise(bounds_q)]
+    lengths_k = [b - a for a, b in pairwise(bounds_k)]
     max_q = int(extra.get("max_seqlen_q") or max(lengths_q))
     max_k = int(extra.get("max_seqlen_k") or max(lengths_k))
     if max_q < max(lengths_q) or max_k < max(lengths_k):
@@ -264,4 +279,5 @@ def keep_mask(name: str, mask: Any, batch: int, sq: int, sk: int) -> Any:
     try:
         return m[:, 0].expand(batch, sq, sk)
     except RuntimeError as exc:
-        raise ValueError(f"{name}: attn_mask {tuple(mask.shape)} does not broadcast to ({batch}, H, {sq}, {sk})") from exc
+        shape = tuple(mask.shape)
+        raise ValueError(f"{name}: attn_mask {shape} does not broadcast to ({batch}, H, {sq}, {sk})") from exc

@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestCudaPluginConformance(PluginConformance):
+    plugin_name = "cuda"

@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestNpuPluginConformance(PluginConformance):
+    plugin_name = "npu"

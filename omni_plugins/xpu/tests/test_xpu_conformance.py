@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestXpuPluginConformance(PluginConformance):
+    plugin_name = "xpu"
