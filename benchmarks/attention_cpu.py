@@ -283,9 +283,11 @@ def render(rows: list[tuple[Case, dict[str, dict[str, Any]]]]) -> str:
             if "skipped" in r:
                 lines.append(f"{shape:30} {scores:>9}  {name:15} {r['skipped']}")
                 continue
+            time_ratio = _fmt_ratio(r["seconds"], base["seconds"])
+            peak_ratio = _fmt_ratio(r["peak_bytes"], base["peak_bytes"])
             lines.append(
-                f"{shape:30} {scores:>9}  {name:15} {r['seconds'] * 1e3:10.1f} {_fmt_ratio(r['seconds'], base['seconds'])} "
-                f"{r['peak_bytes'] / MIB:9.1f} {_fmt_ratio(r['peak_bytes'], base['peak_bytes'])} {r['samples']:3}"
+                f"{shape:30} {scores:>9}  {name:15} {r['seconds'] * 1e3:10.1f} {time_ratio} "
+                f"{r['peak_bytes'] / MIB:9.1f} {peak_ratio} {r['samples']:3}"
             )
     return "\n".join(lines)
 

@@ -14,8 +14,9 @@ Environment (each overrides the config file):
 ``OMNI_CACHE_DIR``              where load health and import timings are kept
 ==============================  =============================================================
 
-``OMNI_PLUGINS`` narrows what extends omni but never removes the hardware platform: a plugin
-left out by it still contributes its platforms. Only an explicit deny removes a platform.
+``OMNI_PLUGINS`` narrows what extends omni but never removes the hardware: a plugin left out
+by it that provides a platform still contributes its platforms and attention backends. Only
+an explicit deny removes a platform.
 
 The config file (written by ``omni plugins disable/enable/pin``)::
 

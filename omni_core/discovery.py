@@ -25,6 +25,10 @@ from omni_core.kinds import Kind
 from omni_core.manifest import Manifest, ManifestCache, read_manifest
 
 ENTRY_POINT_GROUP = "omni.plugins"
+
+#: What a platform plugin left out by ``OMNI_PLUGINS`` still contributes: narrowing the models
+#: or commands never takes away the hardware, nor the attention kernels that run on it.
+HARDWARE_KINDS = frozenset({Kind.PLATFORM, Kind.ATTENTION_BACKEND})
 #: a header name as the email parser accepts it (printable ASCII but the colon)
 _HEADER_NAME = re.compile(r"[\041-\071\073-\176]+")
 
@@ -65,8 +69,8 @@ class PluginRecord:
     status: Status = Status.OK
     reason: str = ""
     fix: str = ""
-    #: left out by OMNI_PLUGINS, but still contributes its platforms (see omni_core.config)
-    platforms_only: bool = False
+    #: left out by OMNI_PLUGINS, but still contributes its hardware layer (HARDWARE_KINDS)
+    hardware_only: bool = False
     #: set when the plugin was imported in this process
     loaded: bool = False
     import_seconds: float | None = None
@@ -102,7 +106,7 @@ class PluginRecord:
             "status": self.status.value,
             "reason": self.reason,
             "fix": self.fix,
-            "platforms_only": self.platforms_only,
+            "hardware_only": self.hardware_only,
             "omni_api": self.manifest.omni_api if self.manifest else None,
             "description": self.manifest.description if self.manifest else "",
             "requires_hardware": list(self.manifest.requires_hardware) if self.manifest else [],
@@ -274,10 +278,10 @@ def _apply_filters(record: PluginRecord, settings: Settings) -> None:
         )
     elif settings.allow_plugins is not None and name not in settings.allow_plugins:
         if record.manifest is not None and record.manifest.of_kind(Kind.PLATFORM):
-            # platforms are exempt from OMNI_PLUGINS, so a broken one stays a problem
+            # the hardware layer is exempt from OMNI_PLUGINS, so a broken one stays a problem
             if record.status is Status.OK:
-                record.platforms_only = True
-                record.warnings.append("not in OMNI_PLUGINS: contributes its platforms only")
+                record.hardware_only = True
+                record.warnings.append("not in OMNI_PLUGINS: contributes its platforms and attention backends only")
         else:
             _disable(record, "not in OMNI_PLUGINS", f"add {record.name} to OMNI_PLUGINS")
 

@@ -20,7 +20,7 @@ import pluggy
 from omni_core import hookspecs
 from omni_core.config import Settings
 from omni_core.conflicts import Conflict, Offer, resolve
-from omni_core.discovery import PluginRecord, Status, discover, extension_filtered
+from omni_core.discovery import HARDWARE_KINDS, PluginRecord, Status, discover, extension_filtered
 from omni_core.errors import PluginLoadError, RegistrationError
 from omni_core.kinds import Kind
 from omni_core.lazy import IMPORT_TIMINGS
@@ -220,7 +220,7 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager) -> list[Offer
     return [
         Offer(kind, spec.name, spec.priority, record.name, record.distribution, record.version, spec)
         for kind, registrar in registrars.items()
-        if not record.platforms_only or kind is Kind.PLATFORM
+        if not record.hardware_only or kind in HARDWARE_KINDS
         for spec in registrar.specs
     ]
 

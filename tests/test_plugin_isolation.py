@@ -273,7 +273,10 @@ def test_command_of_a_failed_plugin_fails_clearly_and_runs_nothing(zoo):
     assert "fixture-explode" in check(venv.omni("--help")).stdout
     result = check(venv.omni("fixture-explode"), 1)
     assert "this must never run" not in result.stdout
-    assert "error: unknown command 'fixture-explode'; available: fixture-tools, hello." in result.stderr
+    assert (
+        "error: command 'fixture-explode' comes from plugin 'fixture-hook-raises' (omni-fixture-hook-raises 0.1.0), "
+        "which is hook-failed: omni_register_models raised RuntimeError" in result.stderr
+    )
 
 
 # --- what `plugins list` knows without loading ----------------------------------------------

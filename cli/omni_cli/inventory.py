@@ -12,8 +12,15 @@ from typing import Any
 
 from omni_core.config import Settings
 from omni_core.conflicts import Conflict, Offer, resolve
-from omni_core.discovery import Installed, PluginRecord, Status, discover, extension_filtered, scan_installed
-from omni_core.kinds import Kind
+from omni_core.discovery import (
+    HARDWARE_KINDS,
+    Installed,
+    PluginRecord,
+    Status,
+    discover,
+    extension_filtered,
+    scan_installed,
+)
 from omni_core.state import HealthStore
 
 
@@ -107,7 +114,7 @@ def take_inventory(load: bool = False) -> Inventory:
         for r in records
         if r.status is Status.OK and r.manifest is not None
         for d in r.manifest.provides
-        if (not r.platforms_only or d.kind is Kind.PLATFORM) and extension_filtered(d.kind, d.name, settings) is None
+        if (not r.hardware_only or d.kind in HARDWARE_KINDS) and extension_filtered(d.kind, d.name, settings) is None
     ]
     conflicts = resolve(offers, settings.pins).conflicts
     return Inventory(settings, records, conflicts, loaded=False, health=health)

@@ -62,9 +62,13 @@ BUILTIN_COMMANDS = frozenset({"plugins", "explain", "doctor", "install", "uninst
 
 def _plugin_command(name: str, help_text: str) -> Any:
     def run(ctx: typer.Context) -> None:
+        from omni_core.errors import UnknownExtensionError
         from omni_core.plugins import get_plugins
 
-        target = get_plugins().commands.load(name)
+        plugins = get_plugins()
+        if name not in plugins.commands:
+            raise UnknownExtensionError(_why_command_missing(plugins, name))
+        target = plugins.commands.load(name)
         if isinstance(target, typer.Typer):
             command = typer.main.get_command(target)
         elif callable(target):
@@ -77,6 +81,20 @@ def _plugin_command(name: str, help_text: str) -> Any:
 
     run.__doc__ = help_text
     return run
+
+
+def _why_command_missing(plugins: Any, name: str) -> str:
+    """Name the plugin that declares ``name`` and why it contributed nothing."""
+    from omni_core.kinds import Kind
+
+    for record in plugins.records:
+        declared = record.manifest.of_kind(Kind.COMMAND) if record.manifest else []
+        if any(d.name.casefold() == name.casefold() for d in declared) and record.status.value != "ok":
+            return (
+                f"command {name!r} comes from plugin {record.name!r} ({record.distribution} {record.version}), "
+                f"which is {record.status}: {record.reason}. Fix: {record.fix or 'see omni doctor'}"
+            )
+    return plugins.commands.why_missing(name)
 
 
 def add_plugin_commands(target: typer.Typer) -> None:
@@ -94,7 +112,7 @@ def add_plugin_commands(target: typer.Typer) -> None:
         return
     seen: set[str] = set()
     for record in records:
-        if record.status is not Status.OK or record.platforms_only or record.manifest is None:
+        if record.status is not Status.OK or record.hardware_only or record.manifest is None:
             continue
         for declared in record.manifest.of_kind(Kind.COMMAND):
             key = declared.name.casefold()
