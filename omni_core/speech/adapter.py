@@ -1,0 +1,114 @@
+"""The TTS adapter contract. Subclass :class:`TTSAdapter` in a plugin, register it with
+``omni_register_tts_adapters``, and every request to a matching model goes through it."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
+
+if TYPE_CHECKING:
+    from omni_core.platforms import Platform
+    from omni_core.speech.audio import Audio
+
+
+@dataclass
+class AdapterContext:
+    """What the runtime hands an adapter when constructing it (once per model)."""
+
+    model_dir: Path
+    #: the checkpoint's ``config.json`` as a dict (empty when there is none)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    platform: Platform | None = None
+    #: the deploy ``model_stage`` this model runs as, if the deployment names one
+    model_stage: str | None = None
+
+
+class TTSAdapter(abc.ABC):
+    """One TTS family: which models it serves, how requests are shaped, how audio is made.
+
+    Lifecycle: constructed once per model with an :class:`AdapterContext`, then :meth:`load`;
+    per request the runtime calls :meth:`normalize`, :meth:`validate`,
+    :meth:`sampling_overrides` (merged onto :meth:`default_sampling`), :meth:`build`, then
+    :meth:`generate` or :meth:`stream`.
+    """
+
+    #: registry key and log label
+    name: ClassVar[str]
+    #: deploy ``model_stage`` values it serves
+    stage_keys: ClassVar[frozenset[str]] = frozenset()
+    #: model architectures it serves (``config.json`` ``architectures``); authoritative over stage keys
+    model_archs: ClassVar[frozenset[str]] = frozenset()
+    #: lower is tried first during detection
+    detect_priority: ClassVar[int] = 100
+    #: autoregressive (token by token) or not (one pass, diffusion or flow); both go through these hooks
+    backend: ClassVar[Literal["ar", "non_ar"]] = "non_ar"
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+
+    @classmethod
+    def matches(cls, model_stage: str | None, model_arch: str | None) -> bool:
+        """Whether this adapter serves the model. An architecture match beats a stage key;
+        override for rules beyond set membership."""
+        if model_arch and cls.model_archs:
+            return model_arch in cls.model_archs
+        if model_stage and cls.stage_keys:
+            return model_stage in cls.stage_keys
+        return False
+
+    @classmethod
+    def make_tiny(cls, directory: Path, seed: int = 0) -> Path:
+        """Write a tiny random-weight checkpoint of this family to ``directory`` in its standard
+        on-disk layout (for tests and the embedded default). Optional."""
+        raise NotImplementedError(f"{cls.name} has no tiny-checkpoint maker")
+
+    @abc.abstractmethod
+    def capabilities(self) -> TTSCapabilities:
+        """What the loaded model can do (voices, languages, rates, streaming, cloning, ...)."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model from ``self.ctx.model_dir`` onto the platform's device."""
+
+    def normalize(self, request: SpeechRequest) -> SpeechRequest:
+        """Fill defaults and tidy the request (e.g. the default voice). Runs before validation."""
+        caps = self.capabilities()
+        updates: dict[str, Any] = {"input": " ".join(request.input.split())}
+        if request.voice is None and caps.default_voice is not None:
+            updates["voice"] = caps.default_voice
+        return request.model_copy(update=updates)
+
+    def validate(self, request: SpeechRequest) -> str | None:
+        """Adapter-specific rules after the runtime's own checks; a string is the client error."""
+        return None
+
+    def default_sampling(self) -> dict[str, Any]:
+        """The stage defaults for sampling (stop tokens, budgets, temperatures, ...)."""
+        return {}
+
+    def sampling_overrides(self, request: SpeechRequest) -> dict[str, Any]:
+        """Fields this request changes. The runtime merges them onto :meth:`default_sampling`
+        field by field, so a stop token or budget the request does not mention survives."""
+        overrides: dict[str, Any] = {}
+        if request.max_new_tokens is not None:
+            overrides["max_new_tokens"] = request.max_new_tokens
+        return overrides
+
+    @abc.abstractmethod
+    def build(self, request: SpeechRequest, sampling: dict[str, Any]) -> PreparedRequest:
+        """Turn a validated request into model inputs."""
+
+    @abc.abstractmethod
+    def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
+        """Synthesise the whole utterance at the native sample rate, deterministically for ``seed``."""
+
+    def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
+        """Yield audio incrementally. Adapters declaring ``streaming`` override this so the
+        first chunk comes before the utterance is done, and so the chunks concatenate to
+        exactly what :meth:`generate` returns for the same seed."""
+        yield self.generate(prepared, seed)

@@ -1,0 +1,193 @@
+"""The speech runtime: one loaded model, every request through the adapter's hooks."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_core.speech.adapter import AdapterContext, TTSAdapter
+from omni_core.speech.audio import CONTENT_TYPES, Audio, encode, resample, time_stretch
+from omni_core.speech.detection import ModelIdentity, TTSDetectionError, explain_tts
+from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
+
+if TYPE_CHECKING:
+    from omni_core.platforms import Platform
+    from omni_core.plugins import PluginSet
+    from omni_core.selection import Explanation
+
+
+@dataclass
+class SpeechResult:
+    audio: Audio
+    data: bytes
+    response_format: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def content_type(self) -> str:
+        return CONTENT_TYPES[self.response_format]
+
+
+def merge_sampling(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Overrides land field by field on the defaults (nested dicts merge too): a request that
+    sets a budget keeps the model's stop tokens."""
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_sampling(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def check_request(request: SpeechRequest, caps: TTSCapabilities) -> None:
+    """The rules every adapter gets; a violation names the rule and the fix."""
+
+    def reject(message: str) -> None:
+        raise SpeechRequestError(message)
+
+    if not request.input.strip():
+        reject("input text cannot be empty")
+    if len(request.input) > caps.max_input_chars:
+        reject(f"input is {len(request.input)} characters; this model accepts at most {caps.max_input_chars}")
+    if request.voice is not None:
+        if not caps.voices:
+            reject(f"this model has no selectable voices; omit voice (got {request.voice!r})")
+        elif request.voice not in caps.voices:
+            reject(f"unknown voice {request.voice!r}; available: {', '.join(caps.voices)}")
+    if request.language is not None and request.language not in caps.languages:
+        known = ", ".join(caps.languages) or "none: omit language"
+        reject(f"unsupported language {request.language!r}; supported: {known}")
+    if request.instructions is not None and not caps.instructions:
+        reject("this model does not take instructions; omit instructions")
+    if request.ref_audio is not None and not caps.voice_cloning:
+        reject("this model cannot clone a voice from reference audio; omit ref_audio")
+    if request.ref_text is not None and request.ref_audio is None:
+        reject("ref_text describes ref_audio; pass ref_audio with it")
+    if (
+        request.sample_rate is not None
+        and caps.supported_sample_rates
+        and (request.sample_rate not in caps.supported_sample_rates)
+    ):
+        rates = ", ".join(map(str, caps.supported_sample_rates))
+        reject(f"sample_rate {request.sample_rate} is not supported; choose one of {rates}")
+    if request.stream:
+        if not caps.streaming:
+            reject("this model cannot stream; omit stream")
+        if request.sample_rate not in (None, caps.native_sample_rate):
+            reject(
+                f"streaming returns the native {caps.native_sample_rate} Hz; omit sample_rate to stream, "
+                "or drop stream to resample"
+            )
+        if request.speed != 1.0 and not caps.native_speed_control:
+            reject("this model changes speed only after synthesis, which cannot stream; drop stream or speed")
+    defaults = SpeechRequest.model_fields
+    for name in caps.unsupported_fields:
+        if getattr(request, name) != defaults[name].default:
+            reject(f"this model does not support {name!r}; omit it")
+
+
+class SpeechEngine:
+    """A TTS model loaded through the adapter that serves it."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        adapter: str | None = None,
+        plugins: PluginSet | None = None,
+        platform: Platform | None = None,
+        model_stage: str | None = None,
+    ) -> None:
+        from omni_core.platforms import current_platform
+        from omni_core.plugins import get_plugins
+
+        self.plugins = plugins if plugins is not None else get_plugins()
+        self.platform = platform if platform is not None else current_platform()
+        self.identity = ModelIdentity.from_dir(model, model_stage)
+        entry, self.explanation = explain_tts(self.plugins, self.identity, adapter)
+        if entry is None:
+            raise TTSDetectionError(self.explanation.rule + "\n" + self.explanation.render())
+        cls = entry.load()
+        if not (isinstance(cls, type) and issubclass(cls, TTSAdapter)):
+            raise TTSDetectionError(f"{entry.spec.ref} is not a TTSAdapter subclass ({entry.provider})")
+        self.adapter_name = entry.name
+        ctx = AdapterContext(self.identity.model_dir, self.identity.config, self.platform, model_stage)
+        self.adapter: TTSAdapter = cls(ctx)
+        start = time.perf_counter()
+        self.adapter.load()
+        self.load_seconds = time.perf_counter() - start
+
+    @property
+    def capabilities(self) -> TTSCapabilities:
+        return self.adapter.capabilities()
+
+    def prepare(self, request: SpeechRequest | dict[str, Any] | str) -> tuple[SpeechRequest, PreparedRequest, int]:
+        """Normalise, validate and build a request: nothing is synthesised yet."""
+        if isinstance(request, str):
+            request = SpeechRequest.parse({"input": request})
+        elif isinstance(request, dict):
+            request = SpeechRequest.parse(request)
+        request = self.adapter.normalize(request)
+        check_request(request, self.capabilities)
+        problem = self.adapter.validate(request)
+        if problem:
+            raise SpeechRequestError(problem)
+        sampling = merge_sampling(self.adapter.default_sampling(), self.adapter.sampling_overrides(request))
+        prepared = self.adapter.build(request, sampling)
+        prepared.request = request
+        seed = request.seed if request.seed is not None else random.SystemRandom().randrange(2**31)
+        return request, prepared, seed
+
+    def _seeded(self, seed: int) -> None:
+        self.platform.seed_everything(seed)
+
+    def _finish(self, audio: Audio, request: SpeechRequest) -> Audio:
+        if request.speed != 1.0 and not self.capabilities.native_speed_control:
+            audio = time_stretch(audio, request.speed)
+        if request.sample_rate is not None:
+            audio = resample(audio, request.sample_rate)
+        return audio
+
+    def speak(self, request: SpeechRequest | dict[str, Any] | str) -> SpeechResult:
+        """Synthesise the whole utterance and encode it."""
+        request, prepared, seed = self.prepare(request)
+        if request.stream:
+            raise SpeechRequestError("stream=true: use stream() to receive chunks")
+        start = time.perf_counter()
+        self._seeded(seed)
+        raw = self.adapter.generate(prepared, seed)
+        audio = self._finish(raw, request)
+        elapsed = time.perf_counter() - start
+        return SpeechResult(
+            audio=audio,
+            data=encode(audio, request.response_format),
+            response_format=request.response_format,
+            metadata={
+                "adapter": self.adapter_name,
+                "model": str(self.identity.model_dir),
+                "seed": seed,
+                "sample_rate": audio.sample_rate,
+                "duration_s": audio.duration,
+                "rtf": elapsed / audio.duration if audio.duration else None,
+            },
+        )
+
+    def stream(self, request: SpeechRequest | dict[str, Any] | str) -> Iterator[Audio]:
+        """Yield native-rate audio chunks as the adapter produces them."""
+        if isinstance(request, SpeechRequest):
+            request = request.model_copy(update={"stream": True})
+        elif isinstance(request, dict):
+            request = {**request, "stream": True}
+        else:
+            request = {"input": request, "stream": True}
+        request, prepared, seed = self.prepare(request)
+        self._seeded(seed)
+        yield from self.adapter.stream(prepared, seed)
+
+    def explain(self) -> Explanation:
+        return self.explanation
