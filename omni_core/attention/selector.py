@@ -85,17 +85,34 @@ def _candidate(
     problems = contract_problems(cls)
     if problems:
         return actual, None, via + "breaks the backend contract: " + "; ".join(problems), provider
-    available = cls.availability(platform)
+    try:
+        available = cls.availability(platform)
+        unsupported = cls.unsupported_reason(
+            head_size=call.head_size,
+            dtype=call.dtype,
+            causal=call.causal,
+            mask=call.mask,
+            varlen=call.varlen,
+            gqa=call.gqa,
+        )
+    except Exception as exc:  # a backend's own check failing is a reason, not a crash
+        return actual, None, via + f"its availability check raised {type(exc).__name__}: {exc}", provider
     if not available.ok:
         return actual, None, via + available.reason, provider
-    unsupported = cls.unsupported_reason(
-        head_size=call.head_size, dtype=call.dtype, causal=call.causal, mask=call.mask, varlen=call.varlen, gqa=call.gqa
-    )
     if unsupported:
         return actual, None, via + unsupported, provider
     if automatic and cls.lossy:
         return actual, None, via + "lossy: used only when chosen explicitly", provider
     return actual, cls, via + "available and supports the call", provider
+
+
+def _explicit_only_reason(plugins: PluginSet, platform: Platform, name: str, call: CallProfile) -> str:
+    """Why a registered backend outside the chain was not chosen, and whether naming it would work."""
+    if platform.resolve_attention_name(name) != name.upper():
+        return f"unreachable on {platform.name}: the name {name} means {platform.resolve_attention_name(name)} here"
+    _, cls, reason, _ = _candidate(plugins, platform, name, call, automatic=False)
+    head = f"not in {platform.name}'s default chain: explicit only"
+    return head if cls is not None else f"{head}, and cannot run here: {reason}"
 
 
 def explain_attention(
@@ -161,7 +178,7 @@ def explain_attention(
             chosen = AttentionChoice(role, name, cls, None, explanation)
     for other in plugins.attention_backends.names():
         if other.upper() not in seen:
-            explanation.add(other, Outcome.NOT_CONSIDERED, f"not in {platform.name}'s default chain: explicit only")
+            explanation.add(other, Outcome.NOT_CONSIDERED, _explicit_only_reason(plugins, platform, other, call))
     if chosen is None:
         explanation.rule = "no backend in the default chain can run here"
         return None, explanation

@@ -70,7 +70,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             problems.append(
                 {
                     "problem": f"platform {choice.name!r} failed to describe the hardware: {type(exc).__name__}: {exc}",
-                    "fix": f"reinstall {choice.entry.provider.distribution}",
+                    "fix": "check the vendor build of torch and the driver (`omni explain platform`), "
+                    f"or reinstall {choice.entry.provider.distribution}",
                 }
             )
 
@@ -104,6 +105,16 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     report["plugins"] = plugins
     for c in plugin_set.conflicts:
         problems.append({"problem": c.message(), "fix": f"omni plugins pin {c.kind.value} {c.name} DISTRIBUTION"})
+    from omni_core.speech.detection import overlapping_adapters
+
+    for overlap in overlapping_adapters(plugin_set):
+        problems.append(
+            {
+                "problem": overlap,
+                "fix": "uninstall one of the two plugins, or have one declare another detect_priority "
+                "(`omni explain tts --model DIR` shows which adapter a model gets)",
+            }
+        )
     store = HealthStore(settings.cache_dir)
     for r in plugin_set.records:
         for ref, seconds in ((store.lookup(r.distribution, r.version, r.name) or {}).get("imports") or {}).items():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, fail
 
 app = OmniTyper(help="Explain how omni chose something: candidates, rejections, winner.", no_args_is_help=True)
 
@@ -39,8 +41,8 @@ def explain_attention_cmd(
         "", "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Global backend (shorthand for default)."
     ),
     platform: str = typer.Option("", "--platform", help="Explain for this platform (as OMNI_PLATFORM would)."),
-    head_size: int = typer.Option(128, "--head-size", help="Head size of the call."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="Dtype of the call."),
+    head_size: int = typer.Option(0, "--head-size", help="Head size of the call (0: any)."),
+    dtype: str = typer.Option("", "--dtype", help="Dtype of the call, e.g. bfloat16 (empty: any)."),
     mask: bool = typer.Option(False, "--mask", help="The call passes an attention mask."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -57,7 +59,7 @@ def explain_attention_cmd(
     plugins = load_plugins()
     chosen_platform = select_platform(plugins).instantiate()
     attention = AttentionConfig.parse(config or None, backend=backend or None)
-    call = CallProfile(head_size=head_size, dtype=dtype, mask=mask)
+    call = CallProfile(head_size=head_size or None, dtype=dtype or None, mask=mask)
     results = []
     failed = False
     for role_text in roles:
@@ -74,7 +76,46 @@ def explain_attention_cmd(
             }
         )
     else:
-        typer.echo(f"platform {chosen_platform.name}; call: head_size={head_size} dtype={dtype} mask={mask}\n")
+        shown = f"head_size={head_size or 'any'} dtype={dtype or 'any'} mask={mask}"
+        typer.echo(f"platform {chosen_platform.name}; call: {shown}\n")
         typer.echo("\n\n".join(e.render() for e in results))
     if failed:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("tts")
+def explain_tts_cmd(
+    model: Path = typer.Option(..., "--model", help="Checkpoint directory (with its config.json)."),
+    adapter: str = typer.Option("", "--adapter", help="Explain an explicit choice of this TTS adapter."),
+    model_stage: str = typer.Option("", "--model-stage", help="The deploy model_stage, if the deployment names one."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Which TTS adapter serves a model: every candidate, why each lost, and the winner."""
+    from omni_core.errors import OmniError
+    from omni_core.plugins import load_plugins
+    from omni_core.speech.detection import ModelIdentity, explain_tts, overlapping_adapters
+
+    plugins = load_plugins()
+    try:
+        identity = ModelIdentity.from_dir(model, model_stage or None)
+        choice, explanation = explain_tts(plugins, identity, adapter or None)
+    except OmniError as exc:
+        raise fail(str(exc)) from None
+    overlaps = overlapping_adapters(plugins)
+    if as_json:
+        emit_json(
+            {
+                "model": str(identity.model_dir),
+                "architectures": list(identity.architectures),
+                "model_type": identity.model_type,
+                "model_stage": identity.model_stage,
+                **explanation.to_dict(),
+                "overlaps": overlaps,
+            }
+        )
+    else:
+        typer.echo(explanation.render())
+        for problem in overlaps:
+            typer.echo(f"warning: {problem}", err=True)
+    if choice is None:
         raise typer.Exit(EXIT_PROBLEMS)
