@@ -1,0 +1,273 @@
+"""``BarkAdapter``: Bark checkpoints (transformers ``BarkModel``) behind omni's TTS contract.
+
+Bark is a cascade of three GPTs and a codec: text -> *semantic* tokens (AR) -> *coarse*
+acoustic tokens, the first two EnCodec codebooks (AR, in sliding windows) -> *fine* tokens,
+the remaining codebooks (non-causal) -> EnCodec waveform. A voice is a *voice preset*
+(history prompt: semantic, coarse and fine prompts) shipped with the checkpoint and listed in
+``speaker_embeddings_path.json``.
+
+* **Sampling:** :meth:`BarkAdapter.default_sampling` holds the per-stage defaults as
+  ``BarkModel.generate`` keyword arguments (``semantic_temperature``,
+  ``coarse_temperature``, ``fine_temperature``, ``semantic_max_new_tokens``, ...); a
+  request's ``max_new_tokens`` overrides only ``semantic_max_new_tokens`` (the runtime merges
+  it onto the defaults, so the temperatures and the rest survive). The coarse budget follows
+  from the semantic one (about three coarse tokens per semantic token).
+* **Long text** is generated sentence by sentence (:mod:`omni_plugin_bark.segments`), each
+  sentence seeded from the request seed and its index, so :meth:`BarkAdapter.stream` yields
+  one chunk per sentence and the chunks concatenate to exactly what
+  :meth:`BarkAdapter.generate` returns.
+* **Not supported:** native speed control (the runtime time-stretches), cloning from raw
+  audio, instructions, the ``language`` field (the voice preset carries the language).
+
+This module imports no torch or transformers at import time (detection imports it to call
+:meth:`matches`); they are imported by :meth:`BarkAdapter.load`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from omni_core.speech.adapter import AdapterContext, TTSAdapter
+from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
+
+if TYPE_CHECKING:
+    from omni_core.speech.audio import Audio
+
+#: the keys every voice preset holds (BarkProcessor's convention)
+PRESET_KEYS = ("semantic_prompt", "coarse_prompt", "fine_prompt")
+SPEAKER_EMBEDDINGS_FILE = "speaker_embeddings_path.json"
+
+#: Bark's published defaults, used where the checkpoint's generation config says nothing
+BARK_SAMPLE_RATE = 24_000
+BARK_MAX_INPUT_SEMANTIC_LENGTH = 256
+BARK_SEMANTIC_MAX_NEW_TOKENS = 768
+BARK_SEMANTIC_BLOCK_SIZE = 1024
+
+
+def segment_seed(seed: int, index: int) -> int:
+    """The seed of sentence ``index`` of a request seeded with ``seed``."""
+    return (seed + 1_000_003 * index) % 2**63
+
+
+class BarkAdapter(TTSAdapter):
+    """Serves ``BarkModel`` checkpoints (``suno/bark``, ``suno/bark-small`` and their layout)."""
+
+    name: ClassVar[str] = "bark"
+    stage_keys: ClassVar[frozenset[str]] = frozenset({"bark"})
+    model_archs: ClassVar[frozenset[str]] = frozenset({"BarkModel"})
+    detect_priority: ClassVar[int] = 100
+    backend: ClassVar[Literal["ar", "non_ar"]] = "ar"
+
+    #: the original Bark sampling temperatures (text 0.7, waveform 0.7, fine 0.5)
+    TEMPERATURES: ClassVar[dict[str, float]] = {"semantic": 0.7, "coarse": 0.7, "fine": 0.5}
+    #: end a sentence as soon as end-of-semantic is this likely (original Bark: 0.2)
+    MIN_EOS_P: ClassVar[float] = 0.2
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
+        self._caps: TTSCapabilities | None = None
+        self._preset_files: dict[str, dict[str, Path]] | None = None
+        self._generation: dict[str, Any] | None = None
+        self._model: Any = None
+        self._processor: Any = None
+        self._device: Any = None
+        self._presets: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def make_tiny(cls, directory: Path, seed: int = 0) -> Path:
+        from omni_plugin_bark.tiny import make_tiny
+
+        return make_tiny(directory, seed)
+
+    # --- what the checkpoint declares (read from its files; no torch) ---------------------------
+
+    def _generation_config(self) -> dict[str, Any]:
+        if self._generation is None:
+            path = Path(self.ctx.model_dir) / "generation_config.json"
+            try:
+                self._generation = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            except ValueError:
+                self._generation = {}
+        return self._generation
+
+    def _semantic_generation(self) -> dict[str, Any]:
+        return dict(self._generation_config().get("semantic_config") or {})
+
+    def _sample_rate(self) -> int:
+        codec = self.ctx.config.get("codec_config") or {}
+        rate = codec.get("sampling_rate") or self._generation_config().get("sample_rate") or BARK_SAMPLE_RATE
+        return int(rate)
+
+    def _max_text_tokens(self) -> int:
+        value = self._semantic_generation().get("max_input_semantic_length")
+        return int(value or BARK_MAX_INPUT_SEMANTIC_LENGTH)
+
+    def _max_semantic_tokens(self) -> int:
+        """The longest semantic budget the semantic model's position table allows."""
+        semantic = self.ctx.config.get("semantic_config") or {}
+        block = int(semantic.get("block_size") or BARK_SEMANTIC_BLOCK_SIZE)
+        return max(1, block - self._max_text_tokens() - 1)
+
+    def _voice_files(self) -> dict[str, dict[str, Path]]:
+        """Voice presets listed in ``speaker_embeddings_path.json`` whose three prompt files exist
+        inside the checkpoint directory, in the file's order."""
+        if self._preset_files is None:
+            root = Path(self.ctx.model_dir)
+            listing: dict[str, Any] = {}
+            path = root / SPEAKER_EMBEDDINGS_FILE
+            if path.is_file():
+                try:
+                    listing = json.loads(path.read_text(encoding="utf-8"))
+                except ValueError:
+                    listing = {}
+            base = os.path.abspath(root)
+            files: dict[str, dict[str, Path]] = {}
+            for voice, entry in listing.items():
+                if voice == "repo_or_path" or not isinstance(entry, dict):
+                    continue
+                paths = {}
+                for key in PRESET_KEYS:
+                    relative = entry.get(key)
+                    if not isinstance(relative, str):
+                        break
+                    target = os.path.abspath(os.path.join(base, relative))
+                    if os.path.commonpath([base, target]) != base or not os.path.isfile(target):
+                        break  # outside the checkpoint, or missing: not offered
+                    paths[key] = Path(target)
+                else:
+                    files[voice] = paths
+            self._preset_files = files
+        return self._preset_files
+
+    def capabilities(self) -> TTSCapabilities:
+        if self._caps is None:
+            voices = tuple(self._voice_files())
+            self._caps = TTSCapabilities(
+                native_sample_rate=self._sample_rate(),
+                voices=voices,
+                default_voice=voices[0] if voices else None,
+                native_speed_control=False,
+                streaming=True,
+                voice_cloning=False,
+                instructions=False,
+            )
+        return self._caps
+
+    # --- loading ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        import numpy as np
+        import torch
+        from transformers import BarkModel, BarkProcessor
+
+        platform = self.ctx.platform
+        self._device = platform.device() if platform is not None else torch.device("cpu")
+        model_dir = str(self.ctx.model_dir)
+        self._model = BarkModel.from_pretrained(model_dir, local_files_only=True).to(self._device).eval()
+        # speaker embeddings are read here from the files capabilities() checked, not by the
+        # processor (which would resolve them against the hub-style repo_or_path per request)
+        self._processor = BarkProcessor.from_pretrained(model_dir, speaker_embeddings_dict_path=None)
+        self._presets = {
+            voice: {key: np.load(path, allow_pickle=False) for key, path in files.items()}
+            for voice, files in self._voice_files().items()
+        }
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            raise RuntimeError("BarkAdapter.load() must run before requests are built or generated")
+        return self._model
+
+    def count_tokens(self, text: str) -> int:
+        """Text tokens Bark's semantic model reads for ``text``."""
+        self._loaded()
+        return len(self._processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def validate(self, request: SpeechRequest) -> str | None:
+        limit = self._max_semantic_tokens()
+        if request.max_new_tokens is not None and request.max_new_tokens > limit:
+            return (
+                f"max_new_tokens {request.max_new_tokens} exceeds what this Bark checkpoint can generate per "
+                f"sentence ({limit} semantic tokens); lower it or omit it"
+            )
+        return None
+
+    def default_sampling(self) -> dict[str, Any]:
+        budget = self._semantic_generation().get("max_new_tokens") or BARK_SEMANTIC_MAX_NEW_TOKENS
+        return {
+            "semantic_temperature": self.TEMPERATURES["semantic"],
+            "coarse_temperature": self.TEMPERATURES["coarse"],
+            "fine_temperature": self.TEMPERATURES["fine"],
+            "semantic_do_sample": True,
+            "coarse_do_sample": True,
+            # per sentence; about 50 semantic tokens per second of audio
+            "semantic_max_new_tokens": min(int(budget), self._max_semantic_tokens()),
+            # at least one token, so a sentence never decodes from an empty code sequence
+            "semantic_min_new_tokens": 1,
+            "semantic_min_eos_p": self.MIN_EOS_P,
+        }
+
+    def sampling_overrides(self, request: SpeechRequest) -> dict[str, Any]:
+        if request.max_new_tokens is None:
+            return {}
+        return {"semantic_max_new_tokens": request.max_new_tokens}
+
+    def build(self, request: SpeechRequest, sampling: dict[str, Any]) -> PreparedRequest:
+        from omni_plugin_bark.segments import segment_text
+
+        self._loaded()
+        segments = segment_text(request.input, self._max_text_tokens(), self.count_tokens)
+        return PreparedRequest(
+            prompt={"segments": segments, "voice": request.voice},
+            sampling=dict(sampling),
+            tts_params={"voice": [request.voice], "segments": [len(segments)]},
+        )
+
+    # --- synthesis --------------------------------------------------------------------------------
+
+    def _segment_audio(self, text: str, voice: str | None, sampling: dict[str, Any], seed: int) -> Audio:
+        import numpy as np
+        import torch
+
+        from omni_core.speech.audio import Audio
+
+        model = self._loaded()
+        inputs = self._processor(
+            text,
+            voice_preset=self._presets[voice] if voice is not None else None,
+            max_length=self._max_text_tokens(),
+            return_tensors="pt",
+        )
+        history = inputs.pop("history_prompt", None)
+        kwargs: dict[str, Any] = {
+            "input_ids": inputs["input_ids"].to(self._device),
+            "attention_mask": inputs["attention_mask"].to(self._device),
+        }
+        if history is not None:
+            kwargs["history_prompt"] = {key: value.to(self._device) for key, value in history.items()}
+        if self.ctx.platform is not None:
+            self.ctx.platform.seed_everything(seed)
+        else:
+            torch.manual_seed(seed)
+        with torch.inference_mode():
+            waveform = model.generate(**kwargs, **sampling)
+        samples = waveform[0].detach().to(torch.float32).cpu().numpy()
+        return Audio(np.clip(samples, -1.0, 1.0).astype(np.float32), self._sample_rate())
+
+    def _synthesize(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
+        voice = prepared.prompt.get("voice")
+        for index, text in enumerate(prepared.prompt["segments"]):
+            yield self._segment_audio(text, voice, prepared.sampling, segment_seed(seed, index))
+
+    def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
+        from omni_core.speech.audio import Audio
+
+        return Audio.concatenate(list(self._synthesize(prepared, seed)))
+
+    def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
+        yield from self._synthesize(prepared, seed)
