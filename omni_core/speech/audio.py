@@ -128,15 +128,39 @@ def time_stretch(audio: Audio, speed: float) -> Audio:
     return Audio(result.astype(np.float32), audio.sample_rate)
 
 
-def _pcm16(audio: Audio) -> bytes:
+def _int16(audio: Audio) -> np.ndarray[Any, Any]:
     import numpy as np
 
     clipped = np.clip(np.asarray(audio.samples, dtype=np.float32), -1.0, 1.0)
-    return (clipped * 32767.0).round().astype("<i2").tobytes()
+    return (clipped * 32767.0).round().astype("<i2")
+
+
+def _pcm16(audio: Audio) -> bytes:
+    return _int16(audio).tobytes()
+
+
+def check_format(fmt: str) -> None:
+    """Raise :class:`SpeechRequestError` unless this install can encode ``fmt``."""
+    if fmt in ("wav", "pcm"):
+        return
+    if fmt not in ("flac", "mp3"):
+        raise SpeechRequestError(f"unknown response_format {fmt!r}; choose wav, pcm, flac or mp3")
+    try:
+        import soundfile  # type: ignore[import-untyped]
+    except ImportError:
+        raise SpeechRequestError(
+            f"response_format {fmt!r} needs the soundfile package: pip install soundfile"
+        ) from None
+    if fmt.upper() not in {k.upper() for k in soundfile.available_formats()}:
+        raise SpeechRequestError(
+            f"response_format {fmt!r} is not supported by this libsndfile "
+            f"({soundfile.__libsndfile_version__}); use wav, pcm or flac"
+        )
 
 
 def encode(audio: Audio, fmt: str) -> bytes:
     """Encode to ``wav`` (16-bit PCM), ``pcm`` (raw 16-bit little-endian), ``flac`` or ``mp3``."""
+    check_format(fmt)
     if fmt == "pcm":
         return _pcm16(audio)
     if fmt == "wav":
@@ -147,21 +171,12 @@ def encode(audio: Audio, fmt: str) -> bytes:
             out.setframerate(audio.sample_rate)
             out.writeframes(_pcm16(audio))
         return buffer.getvalue()
-    if fmt in ("flac", "mp3"):
-        try:
-            import soundfile  # type: ignore[import-untyped]
-        except ImportError:
-            raise SpeechRequestError(
-                f"response_format {fmt!r} needs the soundfile package: pip install soundfile"
-            ) from None
-        if fmt.upper() not in {k.upper() for k in soundfile.available_formats()}:
-            raise SpeechRequestError(
-                f"response_format {fmt!r} is not supported by this libsndfile "
-                f"({soundfile.__libsndfile_version__}); use wav, pcm or flac"
-            )
-        buffer = io.BytesIO()
-        subtype = "PCM_16" if fmt == "flac" else "MPEG_LAYER_III"
-        container = "FLAC" if fmt == "flac" else "MP3"
-        soundfile.write(buffer, audio.samples, audio.sample_rate, format=container, subtype=subtype)
-        return buffer.getvalue()
-    raise SpeechRequestError(f"unknown response_format {fmt!r}; choose wav, pcm, flac or mp3")
+    import soundfile
+
+    buffer = io.BytesIO()
+    subtype = "PCM_16" if fmt == "flac" else "MPEG_LAYER_III"
+    container = "FLAC" if fmt == "flac" else "MP3"
+    # FLAC gets the very 16-bit samples WAV and PCM carry (libsndfile would scale floats its own way)
+    data = _int16(audio) if fmt == "flac" else audio.samples
+    soundfile.write(buffer, data, audio.sample_rate, format=container, subtype=subtype)
+    return buffer.getvalue()

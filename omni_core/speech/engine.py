@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.speech.adapter import AdapterContext, TTSAdapter
-from omni_core.speech.audio import CONTENT_TYPES, Audio, encode, resample, time_stretch
+from omni_core.speech.audio import CONTENT_TYPES, Audio, check_format, encode, resample, time_stretch
 from omni_core.speech.detection import ModelIdentity, TTSDetectionError, explain_tts
 from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
 
@@ -30,6 +30,23 @@ class SpeechResult:
     @property
     def content_type(self) -> str:
         return CONTENT_TYPES[self.response_format]
+
+
+class SpeechStream(Iterator[Audio]):
+    """The chunks of one streamed utterance (an iterator of :class:`Audio` at the native rate),
+    with the validated request and the seed it was made with."""
+
+    def __init__(self, chunks: Iterator[Audio], request: SpeechRequest, seed: int, adapter: str) -> None:
+        self._chunks = chunks
+        self.request = request
+        self.seed = seed
+        self.adapter = adapter
+
+    def __iter__(self) -> SpeechStream:
+        return self
+
+    def __next__(self) -> Audio:
+        return next(self._chunks)
 
 
 def merge_sampling(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +102,8 @@ def check_request(request: SpeechRequest, caps: TTSCapabilities) -> None:
             )
         if request.speed != 1.0 and not caps.native_speed_control:
             reject("this model changes speed only after synthesis, which cannot stream; drop stream or speed")
+    # an encoder this install lacks is refused before anything is synthesised
+    check_format(request.response_format)
     defaults = SpeechRequest.model_fields
     for name in caps.unsupported_fields:
         if getattr(request, name) != defaults[name].default:
@@ -177,8 +196,10 @@ class SpeechEngine:
             },
         )
 
-    def stream(self, request: SpeechRequest | dict[str, Any] | str) -> Iterator[Audio]:
-        """Yield native-rate audio chunks as the adapter produces them."""
+    def stream(self, request: SpeechRequest | dict[str, Any] | str) -> SpeechStream:
+        """Native-rate audio chunks as the adapter produces them. The request is validated
+        here, before anything is synthesised, so bad input raises at the call, not at the
+        first ``next()``."""
         if isinstance(request, SpeechRequest):
             request = request.model_copy(update={"stream": True})
         elif isinstance(request, dict):
@@ -186,6 +207,10 @@ class SpeechEngine:
         else:
             request = {"input": request, "stream": True}
         request, prepared, seed = self.prepare(request)
+        return SpeechStream(self._chunks(prepared, seed), request, seed, self.adapter_name)
+
+    def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
+        # seeded when iteration starts, so streams created side by side do not share a seed
         self._seeded(seed)
         yield from self.adapter.stream(prepared, seed)
 

@@ -83,8 +83,7 @@ def install(
             typer.echo(f"  {package}: {why}", err=True)
         if refused:
             raise fail(
-                "nothing was installed; upgrade omni or choose a compatible plugin version "
-                "(--force skips this check)"
+                "nothing was installed; upgrade omni or choose a compatible plugin version (--force skips this check)"
             )
     result = subprocess.run([*pip, "install", *_python_flag(pip), *packages], check=False)
     if result.returncode != 0:

@@ -1,0 +1,145 @@
+"""``omni models ...``: the families installed plugins provide, and tiny checkpoints of them.
+
+A tiny checkpoint is a family's standard on-disk layout with a few random weights: enough to
+check an install, run the tests and measure omni's overhead, not to produce speech.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from omni_cli._typer import OmniTyper
+from omni_cli.output import emit_json, fail, table
+
+app = OmniTyper(help="Model families of the installed plugins, and tiny checkpoints of them.", no_args_is_help=True)
+
+#: written next to a tiny checkpoint: which family and plugin made it, and from what seed
+MARKER = "omni-tiny.json"
+
+
+def _has_maker(cls: Any) -> bool:
+    from omni_core.speech.adapter import TTSAdapter
+
+    maker = getattr(cls, "make_tiny", None)
+    return maker is not None and getattr(maker, "__func__", None) is not TTSAdapter.make_tiny.__func__
+
+
+def families(plugins: Any) -> list[dict[str, Any]]:
+    """Every TTS adapter with whether it can make a tiny checkpoint (importing each class)."""
+    rows = []
+    for entry in plugins.tts_adapters:
+        row: dict[str, Any] = {
+            "family": entry.name,
+            "kind": "tts_adapter",
+            "provider": str(entry.provider),
+            "archs": list(entry.spec.model_archs),
+            "stage_keys": list(entry.spec.stage_keys),
+        }
+        try:
+            row["make_tiny"] = _has_maker(entry.load())
+        except Exception as exc:
+            row["make_tiny"], row["error"] = False, f"{type(exc).__name__}: {exc}"
+        rows.append(row)
+    return rows
+
+
+def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: bool = False) -> Path:
+    """Write a tiny checkpoint of ``family`` to ``directory``: built in a scratch directory
+    beside it and moved into place, so an interrupted run leaves nothing half-written."""
+    import shutil
+    import tempfile
+
+    from omni_core.errors import OmniError
+
+    entry = plugins.tts_adapters.get(family)  # raises, naming the installed adapters
+    cls = entry.load()
+    if not _has_maker(cls):
+        raise OmniError(f"TTS adapter {entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)")
+    directory = directory.expanduser()
+    if directory.exists() and any(directory.iterdir()):
+        if not force:
+            raise OmniError(f"{directory} exists and is not empty; choose another directory or pass --force")
+        shutil.rmtree(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    try:
+        cls.make_tiny(scratch, seed=seed)
+        if not (scratch / "config.json").is_file():
+            raise OmniError(f"{entry.name}.make_tiny wrote no config.json to {scratch}")
+        marker = {"family": entry.name, "seed": seed, "provider": str(entry.provider), "random_weights": True}
+        (scratch / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        if directory.exists():
+            directory.rmdir()
+        scratch.rename(directory)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_marker(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _size(directory: Path) -> str:
+    total = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    return f"{total / 1e6:.1f} MB" if total >= 1e5 else f"{total / 1e3:.1f} kB"
+
+
+@app.command("list")
+def list_models(
+    show_all: bool = typer.Option(False, "--all", help="Include families without a tiny-checkpoint maker."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Families that can make tiny checkpoints (`omni models make-tiny`)."""
+    from omni_core.plugins import get_plugins
+
+    rows = [r for r in families(get_plugins()) if show_all or r["make_tiny"]]
+    if as_json:
+        emit_json({"families": rows})
+        return
+    if not rows:
+        typer.echo("no installed family can make a tiny checkpoint (install a TTS plugin, e.g. omni-plugin-vits)")
+        return
+    typer.echo(
+        table(
+            ("family", "kind", "serves", "tiny", "provider"),
+            [
+                (
+                    r["family"],
+                    r["kind"],
+                    ", ".join(r["archs"] + r["stage_keys"]) or "-",
+                    "yes" if r["make_tiny"] else ("error: " + r["error"] if "error" in r else "no"),
+                    r["provider"],
+                )
+                for r in rows
+            ],
+        )
+    )
+
+
+@app.command("make-tiny")
+def make_tiny_cmd(
+    family: str = typer.Argument(..., help="Family name: a TTS adapter with a tiny-checkpoint maker."),
+    directory: Path = typer.Argument(..., help="Directory to write the checkpoint to (new or empty)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the random weights."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty directory."),
+) -> None:
+    """Write a tiny random-weight checkpoint of FAMILY in its standard layout."""
+    from omni_core.errors import OmniError
+    from omni_core.plugins import get_plugins
+
+    try:
+        path = make_tiny(get_plugins(), family, directory, seed=seed, force=force)
+    except OmniError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")
+    typer.echo(f'try: omni speak "Hello there" --model {path}')

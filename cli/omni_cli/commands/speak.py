@@ -1,0 +1,235 @@
+"""``omni speak TEXT``: text to speech through the TTS adapter that serves the model.
+
+Without ``--model`` it speaks with the embedded default: a tiny checkpoint of
+:data:`DEFAULT_TTS_FAMILY` that omni makes on first use under the cache directory. Its weights
+are random (it checks the install; it does not say the words).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from omni_cli.output import fail
+
+#: the family of the embedded default model
+DEFAULT_TTS_FAMILY = "vits"
+#: seed of the embedded default's random weights
+DEFAULT_TTS_SEED = 0
+
+
+def default_model_dir() -> Path:
+    from omni_core.config import cache_dir
+
+    return cache_dir() / "tiny" / DEFAULT_TTS_FAMILY
+
+
+def embedded_default(plugins: Any) -> Path:
+    """The embedded default checkpoint, made now if missing or made by another plugin version."""
+    from omni_cli.commands.models import make_tiny, read_marker
+    from omni_core.errors import OmniError
+
+    if DEFAULT_TTS_FAMILY not in plugins.tts_adapters:
+        raise OmniError(
+            f"the embedded default model needs the {DEFAULT_TTS_FAMILY!r} TTS adapter, which is "
+            f"{plugins.tts_adapters.why_missing(DEFAULT_TTS_FAMILY)}. Install it with "
+            f"`pip install omni-plugin-{DEFAULT_TTS_FAMILY}` (from a checkout: "
+            f"`pip install -e omni_plugins/{DEFAULT_TTS_FAMILY}`), or pass --model DIR"
+        )
+    entry = plugins.tts_adapters.get(DEFAULT_TTS_FAMILY)
+    directory = default_model_dir()
+    marker = read_marker(directory)
+    if marker is None or marker.get("provider") != str(entry.provider):
+        typer.echo(f"making the embedded default: a tiny {DEFAULT_TTS_FAMILY} checkpoint in {directory} ...")
+        make_tiny(plugins, DEFAULT_TTS_FAMILY, directory, seed=DEFAULT_TTS_SEED, force=True)
+    return directory
+
+
+class ChunkWriter:
+    """Writes streamed chunks to a file as they arrive, with a correct header at the end."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+        self._out: Any = None
+
+    def write(self, chunk: Any) -> None:
+        from omni_core.speech.audio import encode
+
+        if self._out is None:
+            self._open(chunk.sample_rate, chunk.channels)
+        if self.fmt == "wav":
+            self._out.writeframes(encode(chunk, "pcm"))
+        elif self.fmt == "pcm":
+            self._out.write(encode(chunk, "pcm"))
+            self._out.flush()
+        elif self.fmt == "flac":  # the same 16-bit samples a non-streamed file holds
+            import numpy as np
+
+            self._out.write(np.frombuffer(encode(chunk, "pcm"), "<i2").reshape(chunk.frames, chunk.channels))
+        else:
+            self._out.write(chunk.samples)
+
+    def _open(self, rate: int, channels: int) -> None:
+        if self.fmt == "pcm":
+            self._out = self.path.open("wb")
+        elif self.fmt == "wav":
+            import wave
+
+            self._out = wave.open(str(self.path), "wb")  # the header's sizes are patched on close
+            self._out.setnchannels(channels)
+            self._out.setsampwidth(2)
+            self._out.setframerate(rate)
+        else:
+            import soundfile  # type: ignore[import-untyped]
+
+            subtype = "PCM_16" if self.fmt == "flac" else "MPEG_LAYER_III"
+            self._out = soundfile.SoundFile(
+                str(self.path), "w", samplerate=rate, channels=channels, format=self.fmt.upper(), subtype=subtype
+            )
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+
+
+def speak(
+    text: str = typer.Argument(..., help="What to say."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Checkpoint directory. Default: the embedded tiny model (random weights)."
+    ),
+    adapter: str | None = typer.Option(None, "--adapter", help="TTS adapter to use instead of detecting one."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output file. Default: speech.<format>."),
+    voice: str | None = typer.Option(None, "--voice", help="Voice (speaker) name."),
+    fmt: str | None = typer.Option(
+        None, "--format", help="wav, pcm (raw 16-bit little-endian), flac or mp3. Default: from --out, else wav."
+    ),
+    speed: float = typer.Option(1.0, "--speed", help="Playback speed; pitch is kept."),
+    sample_rate: int | None = typer.Option(None, "--sample-rate", help="Output rate in Hz. Default: the model's."),
+    language: str | None = typer.Option(None, "--language", help="Language of the text."),
+    instructions: str | None = typer.Option(None, "--instructions", help="Style instructions (models that take them)."),
+    ref_audio: Path | None = typer.Option(None, "--ref-audio", help="Reference audio file to clone a voice from."),
+    ref_text: str | None = typer.Option(None, "--ref-text", help="Transcript of --ref-audio."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed; the same seed gives the same audio."),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="Generation budget (AR models)."),
+    stream: bool = typer.Option(False, "--stream", help="Write chunks as the model produces them."),
+) -> None:
+    """Speak TEXT through the TTS adapter that serves the model, and write an audio file."""
+    from omni_cli.commands.models import read_marker
+    from omni_core.api import Omni
+    from omni_core.errors import OmniError
+    from omni_core.plugins import get_plugins
+    from omni_core.speech.request import AUDIO_FORMATS, SpeechRequest
+
+    if fmt is None:
+        suffix = out.suffix.lstrip(".").lower() if out is not None else ""
+        fmt = suffix if suffix in AUDIO_FORMATS else "wav"
+    if ref_audio is not None and not ref_audio.is_file():
+        raise fail(f"reference audio {str(ref_audio)!r} is not a file")
+    fields: dict[str, Any] = {
+        "response_format": fmt,
+        "voice": voice,
+        "language": language,
+        "instructions": instructions,
+        "ref_audio": str(ref_audio) if ref_audio is not None else None,
+        "ref_text": ref_text,
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "sample_rate": sample_rate,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if speed != 1.0:
+        fields["speed"] = speed
+    path = out if out is not None else Path(f"speech.{fmt}")
+    if not path.parent.is_dir():
+        raise fail(f"cannot write {path}: directory {str(path.parent)!r} does not exist")
+
+    try:
+        # the rules that need no model (format, ranges, unknown fields) before anything loads
+        SpeechRequest.parse({"input": text, **fields})
+        plugins = get_plugins()
+        default = model is None
+        model_dir = embedded_default(plugins) if default else model
+        assert model_dir is not None
+        omni = Omni(model_dir, adapter=adapter, plugins=plugins)
+        if default:
+            typer.echo(
+                f"note: no --model given, so this is the embedded default: a tiny {DEFAULT_TTS_FAMILY} model "
+                "with RANDOM WEIGHTS, for checking the install (it makes sound, not speech). "
+                "Pass --model DIR to speak with a real checkpoint."
+            )
+        elif (read_marker(model_dir) or {}).get("random_weights"):
+            typer.echo("note: this checkpoint was made by `omni models make-tiny`: RANDOM WEIGHTS (sound, not speech).")
+        with omni:
+            if stream:
+                _speak_streaming(omni, text, fields, path)
+            else:
+                _speak_whole(omni, text, fields, path)
+    except OmniError as exc:
+        raise fail(str(exc)) from None
+
+
+def _rows(rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        typer.echo(f"{key:<{width}}  {value}")
+
+
+def _speak_whole(omni: Any, text: str, fields: dict[str, Any], path: Path) -> None:
+    start = time.perf_counter()
+    result = omni.speak(text, **fields)
+    elapsed = time.perf_counter() - start
+    path.write_bytes(result.data)
+    meta = result.metadata
+    _rows(
+        [
+            ("adapter", f"{omni.adapter}  ({_provider(omni)})"),
+            ("model", str(omni.model_dir)),
+            ("seed", str(meta["seed"])),
+            ("duration", f"{meta['duration_s']:.2f} s"),
+            ("sample rate", f"{meta['sample_rate']} Hz, {result.audio.channels} channel(s)"),
+            ("time", f"{elapsed:.2f} s (real-time factor {elapsed / max(meta['duration_s'], 1e-9):.3f})"),
+            ("wrote", f"{path} ({result.response_format}, {len(result.data)} bytes)"),
+        ]
+    )
+
+
+def _speak_streaming(omni: Any, text: str, fields: dict[str, Any], path: Path) -> None:
+    from omni_core.errors import OmniError
+
+    start = time.perf_counter()
+    chunks = omni.stream_speech(text, **fields)  # validated here, before any audio is made
+    writer = ChunkWriter(path, chunks.request.response_format)
+    first = None
+    count = frames = 0
+    rate = channels = 0
+    try:
+        for chunk in chunks:
+            if first is None:
+                first = time.perf_counter() - start
+            writer.write(chunk)
+            count, frames, rate, channels = count + 1, frames + chunk.frames, chunk.sample_rate, chunk.channels
+    finally:
+        writer.close()
+    elapsed = time.perf_counter() - start
+    if count == 0:
+        raise OmniError(f"adapter {omni.adapter!r} streamed no audio for this text")
+    duration = frames / rate
+    _rows(
+        [
+            ("adapter", f"{omni.adapter}  ({_provider(omni)})"),
+            ("model", str(omni.model_dir)),
+            ("seed", str(chunks.seed)),
+            ("duration", f"{duration:.2f} s"),
+            ("sample rate", f"{rate} Hz, {channels} channel(s)"),
+            ("chunks", f"{count}, the first after {first:.3f} s of {elapsed:.2f} s"),
+            ("wrote", f"{path} ({chunks.request.response_format}, {path.stat().st_size} bytes, streamed)"),
+        ]
+    )
+
+
+def _provider(omni: Any) -> str:
+    provider = omni.speech.plugins.tts_adapters.get(omni.adapter).provider
+    return f"{provider.distribution} {provider.version}"

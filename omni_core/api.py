@@ -1,0 +1,186 @@
+"""The offline API: open a checkpoint directory and use it, whatever plugin serves it.
+
+    from omni_core import Omni
+
+    with Omni("path/to/tts-checkpoint") as omni:
+        result = omni.speak("Hello there", seed=0)        # SpeechResult: audio, encoded bytes, metadata
+        for chunk in omni.stream_speech("Hello there"):   # Audio chunks as the adapter makes them
+            ...
+
+:class:`Omni` finds what serves the model through the installed plugins. Today that is the
+text-to-speech adapters (``omni_register_tts_adapters``), driven by
+:class:`omni_core.speech.engine.SpeechEngine`. Image and video models will be opened through the
+model registry (``omni_register_models``); until that runtime exists such a directory is
+refused with the reason, never half-served.
+
+Importing this module is cheap: the speech runtime (pydantic, numpy) is imported when a model
+is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_core.errors import OmniError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from omni_core.plugins import PluginSet
+    from omni_core.selection import Explanation
+    from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
+    from omni_core.speech.request import SpeechRequest, TTSCapabilities
+
+
+class ModelNotServedError(OmniError):
+    """No installed plugin serves the model directory (or the API it was asked for)."""
+
+
+#: options :class:`Omni` passes on to the engine of a speech model
+_SPEECH_OPTIONS = frozenset({"plugins", "platform", "model_stage"})
+
+
+class Omni:
+    """One model, opened through the plugin that serves it.
+
+    ``adapter`` names the TTS adapter explicitly instead of detecting it. Other keyword
+    options go to the engine that serves the model (for speech: ``plugins``, ``platform``,
+    ``model_stage``); an option that engine does not take is an error, not ignored.
+    """
+
+    def __init__(self, model: str | Path, *, adapter: str | None = None, **kwargs: Any) -> None:
+        from omni_core.plugins import get_plugins
+
+        self.model_dir = Path(model).expanduser()
+        if not self.model_dir.is_dir():
+            raise ModelNotServedError(f"model directory {str(self.model_dir)!r} does not exist")
+        plugins: PluginSet = kwargs.get("plugins") or get_plugins()
+        kwargs["plugins"] = plugins
+        self._speech: SpeechEngine | None = None
+        self._closed = False
+        #: what the model does: "speech" (image and video join with the model registry)
+        self.kind: str = ""
+
+        # Each modality says whether it serves the directory and, if so, opens it. Image and
+        # video models join here through the model registry when their runtime lands.
+        openers: tuple[Callable[..., str | None], ...] = (self._open_speech,)
+        reasons: list[str] = []
+        for opener in openers:
+            reason = opener(plugins, adapter, kwargs)
+            if reason is None:
+                break
+            reasons.append(reason)
+        else:
+            raise ModelNotServedError(self._not_served(plugins, reasons))
+
+    def _open_speech(self, plugins: PluginSet, adapter: str | None, kwargs: dict[str, Any]) -> str | None:
+        """Open the model as speech if a TTS adapter serves it; otherwise say why not."""
+        from omni_core.speech.detection import ModelIdentity, explain_tts
+        from omni_core.speech.engine import SpeechEngine
+
+        if not (self.model_dir / "config.json").is_file() and adapter is None:
+            return "TTS adapters identify a model by its config.json, and this directory has none"
+        identity = ModelIdentity.from_dir(self.model_dir, kwargs.get("model_stage"))
+        entry, explanation = explain_tts(plugins, identity, adapter)  # raises on an equal-priority overlap
+        if entry is None:
+            return explanation.rule + "\n" + explanation.render()
+        unknown = set(kwargs) - _SPEECH_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"Omni() got option(s) {sorted(unknown)} that a speech model does not take; "
+                f"accepted: adapter, {', '.join(sorted(_SPEECH_OPTIONS))}"
+            )
+        self._speech = SpeechEngine(self.model_dir, adapter=adapter, **kwargs)
+        self.kind = "speech"
+        return None
+
+    def _not_served(self, plugins: PluginSet, reasons: list[str]) -> str:
+        adapters = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.tts_adapters) or "none"
+        models = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.models) or "none"
+        lines = [
+            f"no installed plugin serves {str(self.model_dir)!r}.",
+            *(f"  speech: {r}" for r in reasons),
+            f"  installed TTS adapters: {adapters}",
+            f"  installed model families: {models} (the offline API does not open image or video models yet)",
+            "Install the plugin for this model family (`omni plugins list` shows what is installed).",
+        ]
+        return "\n".join(lines)
+
+    # -- speech -------------------------------------------------------------------------------
+
+    @property
+    def speech(self) -> SpeechEngine:
+        """The speech engine, for a model a TTS adapter serves."""
+        self._check_open()
+        if self._speech is None:
+            raise ModelNotServedError(f"{self.model_dir} is a {self.kind} model, not a speech model")
+        return self._speech
+
+    @property
+    def adapter(self) -> str:
+        """Name of the TTS adapter serving the model."""
+        return self.speech.adapter_name
+
+    @property
+    def capabilities(self) -> TTSCapabilities:
+        return self.speech.capabilities
+
+    def speak(self, text_or_request: str | SpeechRequest | dict[str, Any], **fields: Any) -> SpeechResult:
+        """Synthesise a whole utterance. ``fields`` are :class:`SpeechRequest` fields
+        (``voice``, ``response_format``, ``speed``, ``sample_rate``, ``seed``, ...)."""
+        return self.speech.speak(_request(text_or_request, fields))
+
+    def stream_speech(self, text_or_request: str | SpeechRequest | dict[str, Any], **fields: Any) -> SpeechStream:
+        """An iterator of native-rate :class:`~omni_core.speech.audio.Audio` chunks, validated
+        before the first one is made. For the same seed the chunks concatenate to what
+        :meth:`speak` returns. The iterator carries ``seed`` and the validated ``request``."""
+        return self.speech.stream(_request(text_or_request, {**fields, "stream": True}))
+
+    # -- common -------------------------------------------------------------------------------
+
+    def explain(self) -> Explanation:
+        """How the serving plugin was chosen: every candidate and why it lost."""
+        return self.speech.explain()
+
+    def close(self) -> None:
+        """Drop the loaded model (the adapter releases it when garbage-collected)."""
+        self._speech = None
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ModelNotServedError(f"this Omni for {self.model_dir} is closed")
+
+    def __enter__(self) -> Omni:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.kind} via {self._speech.adapter_name if self._speech else '-'}"
+        return f"Omni({str(self.model_dir)!r}, {state})"
+
+
+def _request(text_or_request: str | SpeechRequest | dict[str, Any], fields: dict[str, Any]) -> SpeechRequest:
+    """One validated request from text, a dict or a request, plus keyword fields on top."""
+    from omni_core.speech.request import SpeechRequest
+
+    if isinstance(text_or_request, SpeechRequest):
+        if not fields:
+            return text_or_request
+        data = text_or_request.model_dump(exclude_unset=True)
+    elif isinstance(text_or_request, dict):
+        data = dict(text_or_request)
+    elif isinstance(text_or_request, str):
+        data = {"input": text_or_request}
+    else:
+        raise TypeError(f"expected text, a SpeechRequest or a dict, not {type(text_or_request).__name__}")
+    return SpeechRequest.parse({**data, **fields})
