@@ -30,8 +30,12 @@ What it measures:
 * **Wall time**: one more subprocess per shape holds every backend and times them interleaved
   (A, B, C, A, B, C, ...; the order rotates each round) after a warm-up round, so machine noise
   hits all backends alike. The figure is the median over the rounds: ``--repeats`` rounds
-  (default 5), fewer for shapes whose calls are slow (at least 2, so that one shape takes about
-  ``--seconds-per-case`` seconds), and no warm-up round for those.
+  (default 5), fewer for shapes whose calls are slow (at least 3, so that one shape takes about
+  ``--seconds-per-case`` seconds), and no warm-up round for those. For the slowest shapes
+  (three rounds would take over twice that budget) there are two rounds, and the memory run's
+  call is the third sample. The fastest sample is shown too: on a busy machine it is the
+  steadier figure. ``--threads N`` sets torch's threads in the workers (default: torch's own
+  choice, one per core).
 * **REFERENCE_ATTN** materialises the whole ``(batch, heads, seq_q, seq_k)`` score matrix a few
   times over (the product, the scaled scores, the probabilities); shapes where 3 float32 copies
   exceed ``--reference-budget-gib`` (default 6) are skipped with "skipped: would need N GiB".
@@ -187,6 +191,10 @@ def worker_time(case: Case, refs: dict[str, str], rounds: int, warmup: bool) -> 
 def _worker_main(mode: str, payload: str) -> None:
     spec = json.loads(payload)
     case = Case(**spec["case"])
+    if spec.get("threads"):
+        import torch
+
+        torch.set_num_threads(spec["threads"])
     if mode == "memory":
         result = worker_memory(case, spec["ref"])
     else:
@@ -253,16 +261,46 @@ def measure(case: Case, backends: dict[str, str], args: argparse.Namespace) -> d
         if name == "REFERENCE_ATTN" and need > args.reference_budget_gib * GIB:
             results[name] = {"skipped": f"skipped: would need {need / GIB:.1f} GiB"}
             continue
-        results[name] = _run_worker("memory", {"case": asdict(case), "ref": ref}, args.timeout)
+        spec = {"case": asdict(case), "ref": ref, "threads": args.threads}
+        results[name] = _run_worker("memory", spec, args.timeout)
         timed[name] = ref
     cold = sum(r["cold_seconds"] for r in results.values() if "cold_seconds" in r)
-    rounds = max(2, min(args.repeats, int(args.seconds_per_case / max(cold, 1e-3))))
+    rounds = max(3, min(args.repeats, int(args.seconds_per_case / max(cold, 1e-3))))
+    # Very slow shapes: two timed rounds, and the memory run's call counts as the third sample.
+    heavy = 3 * cold > 2 * args.seconds_per_case
+    if heavy:
+        rounds = 2
     warmup = cold * (rounds + 1) <= args.seconds_per_case
-    spec = {"case": asdict(case), "refs": timed, "rounds": rounds, "warmup": warmup}
+    spec = {"case": asdict(case), "refs": timed, "rounds": rounds, "warmup": warmup, "threads": args.threads}
     times = _run_worker("time", spec, args.timeout)["times"]
     for name, samples in times.items():
-        results[name].update(seconds=statistics.median(samples), samples=len(samples))
+        if heavy:
+            samples = [results[name]["cold_seconds"], *samples]
+        results[name].update(seconds=statistics.median(samples), best_seconds=min(samples), samples=len(samples))
     return results
+
+
+def growth(rows: list[tuple[Case, dict[str, dict[str, Any]]]]) -> str:
+    """Each backend's peak memory above TORCH_SDPA's as the sequence grows, per shape family."""
+    families: dict[tuple[str, int, int, int, int], list[tuple[int, dict[str, dict[str, Any]]]]] = {}
+    for case, results in rows:
+        key = (case.kind, case.batch, case.heads, case.kv_heads, case.head_dim)
+        families.setdefault(key, []).append((case.seq_k, results))
+    lines = ["peak memory above TORCH_SDPA's (MiB) as the sequence grows; flat means bounded by blocks, not seq^2:"]
+    for (kind, batch, heads, kv_heads, dim), series in families.items():
+        if len(series) < 2:
+            continue
+        seqs = " ".join(str(s) for s, _ in series)
+        for name in series[0][1]:
+            if name == BASELINE:
+                continue
+            cells = []
+            for _, results in series:
+                r, base = results[name], results[BASELINE]
+                cells.append("skip" if "skipped" in r else f"{(r['peak_bytes'] - base['peak_bytes']) / MIB:.0f}")
+            family = f"{kind} B{batch} H{heads}{'' if heads == kv_heads else f'/{kv_heads}'} D{dim}"
+            lines.append(f"  {name:15} {family:24} seq {seqs}: {' '.join(cells)}")
+    return "\n".join(lines)
 
 
 def _fmt_ratio(value: float, base: float) -> str:
@@ -271,7 +309,7 @@ def _fmt_ratio(value: float, base: float) -> str:
 
 def render(rows: list[tuple[Case, dict[str, dict[str, Any]]]]) -> str:
     header = (
-        f"{'shape':30} {'scores':>9}  {'backend':15} {'time ms':>10} {'x SDPA':>8} "
+        f"{'shape':30} {'scores':>9}  {'backend':15} {'time ms':>10} {'x SDPA':>8} {'min ms':>10} "
         f"{'peak MiB':>9} {'x SDPA':>8} {'n':>3}"
     )
     lines = [header, "-" * len(header)]
@@ -287,9 +325,21 @@ def render(rows: list[tuple[Case, dict[str, dict[str, Any]]]]) -> str:
             peak_ratio = _fmt_ratio(r["peak_bytes"], base["peak_bytes"])
             lines.append(
                 f"{shape:30} {scores:>9}  {name:15} {r['seconds'] * 1e3:10.1f} {time_ratio} "
+                f"{r['best_seconds'] * 1e3:10.1f} "
                 f"{r['peak_bytes'] / MIB:9.1f} {peak_ratio} {r['samples']:3}"
             )
     return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reference-budget-gib", type=float, default=6.0, help="skip REFERENCE_ATTN above this")
     parser.add_argument("--backends", help="comma-separated backend names to run besides TORCH_SDPA")
+    parser.add_argument("--threads", type=int, help="torch threads in the workers (default: torch's own choice)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a worker is given up on")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--worker-memory", help=argparse.SUPPRESS)
@@ -318,19 +369,23 @@ def main(argv: list[str] | None = None) -> int:
     only = [b.strip().upper() for b in args.backends.split(",")] if args.backends else None
     backends, left_out = discover(only)
     cases = sweep(args.quick)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
-        f"python {platform.python_version()}; load average {os.getloadavg()[0]:.2f} at start"
-    )
-    print(f"backends: {', '.join(backends)}" + (f"; left out: {left_out}" if left_out else ""))
+    threads = args.threads or torch.get_num_threads()
+    print(f"{_cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__} with {threads} threads")
+    print(f"python {platform.python_version()}; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"backends: {', '.join(backends)}")
+    if left_out:
+        print("left out: " + "; ".join(f"{n} ({why})" for n, why in left_out.items()))
     print("float32, non-causal, no mask; 'scores' is one float32 (B, H, Sq, Sk) score matrix; time = median of n")
-    print("interleaved rounds; peak = resident memory a fresh process gained during one call (inputs excluded)\n")
+    print("interleaved rounds (min ms: the fastest of them); peak = resident memory a fresh process gained during")
+    print("one call (inputs excluded, output included)\n")
     rows = []
     started = time.perf_counter()
     for case in cases:
         print(f"  measuring {case.label} ...", file=sys.stderr, flush=True)
         rows.append((case, measure(case, backends, args)))
     print(render(rows))
+    print()
+    print(growth(rows))
     method = {r.get("method") for _, res in rows for r in res.values()} - {None}
     print(
         f"\nmemory method: {', '.join(sorted(method))}; load average {os.getloadavg()[0]:.2f} at the end; "

@@ -12,12 +12,19 @@ and float64 calls with or without masks, and is faster (see ``benchmarks/attenti
 use this backend where that is not so, or as a readable statement of the algorithm.
 
 * Block sizes: :attr:`ChunkedAttentionImpl.chunk_size_q` / ``chunk_size_k`` (class
-  attributes, 256 and 512; subclass or set them to change the default), overridden per call
-  by ``metadata.extra["chunk_size_q"]`` / ``["chunk_size_k"]``. The defaults were the fastest
-  on a 2-core AVX-512 Xeon with torch 2.13 (24 heads, head_dim 64/128): a step's scores then
-  take ``batch * heads * 256 * 512 * 4`` bytes (12 MiB for 24 heads), while 1024 x 1024
-  blocks (96 MiB) were about 1.5-2x slower, the element-wise softmax passes over the block
-  then running from main memory rather than cache.
+  attributes, 512 each; subclass or set them to change the default), overridden per call by
+  ``metadata.extra["chunk_size_q"]`` / ``["chunk_size_k"]``. A step's scores take at most
+  ``batch * heads * chunk_size_q * chunk_size_k`` elements (24 MiB in float32 for 24 heads).
+  A query block shorter than ``chunk_size_q`` (a short query sequence, decoding, the last
+  block) gets proportionally wider key blocks, as long as neither its scores nor its key and
+  value blocks outgrow ``chunk_size_q * chunk_size_k`` elements per query group: one decode
+  call over 8k keys (24 query heads over 8 kv heads, head_dim 128) takes 2 steps rather than
+  16. The defaults were measured on a 2-core AVX-512 Xeon with torch 2.13 (24 heads,
+  head_dim 64/128): 512 x 512 and 256 x 512 cost the same CPU time, about 1.2x TORCH_SDPA
+  single-threaded, and 512 x 512 takes half the steps (each step is several torch ops, each
+  a parallel region, which is what costs most when other processes compete for the cores);
+  1024 x 1024 blocks (96 MiB) were 1.3-1.7x slower, the element-wise softmax passes then
+  running from main memory rather than cache.
 * GQA/MQA: the ``Hq // Hkv`` query heads that share a kv head are stacked along the row
   axis of one matrix product, so key/value heads are never repeated.
 * Causal attention is aligned to the end (query ``i`` sees keys ``j <= i + seq_k - seq_q``);
@@ -67,7 +74,7 @@ def _mask_as_4d(mask: Any, shape: tuple[int, int, int, int]) -> Any:
 
 class ChunkedAttentionImpl(AttentionImpl):
     #: default number of queries per block (``metadata.extra["chunk_size_q"]`` overrides it)
-    chunk_size_q: ClassVar[int] = 256
+    chunk_size_q: ClassVar[int] = 512
     #: default number of keys per block (``metadata.extra["chunk_size_k"]`` overrides it)
     chunk_size_k: ClassVar[int] = 512
 
@@ -103,9 +110,29 @@ class ChunkedAttentionImpl(AttentionImpl):
         pairs = batch * kv_heads  # one (query group, kv head) pair per matrix of a batched product
         keys = key.transpose(1, 2)  # (B, Hkv, Sk, D), a view
         values = value.transpose(1, 2)
-        # One block of scores, reused by every step: allocating a fresh block each time would
-        # make the allocator hand the pages back to the OS and fault them in again.
-        buffer = torch.empty(pairs * groups * min(block_q, seq_q) * min(block_k, seq_k), dtype=dtype, device=device)
+        budget = block_q * block_k  # elements per (batch, kv head) and step, for scores and for keys
+
+        def key_width(rows: int) -> int:
+            # A query block with fewer rows (decoding, a short or last block) takes wider key
+            # blocks, as long as neither its scores nor its key block outgrow the budget.
+            return max(block_k, min(budget // rows, groups * budget // dim))
+
+        # Buffers reused by every step: allocating fresh blocks each time would make the
+        # allocator hand the pages back to the OS and fault them in again.
+        buffer = torch.empty(pairs * groups * min(budget, min(block_q, seq_q) * seq_k), dtype=dtype, device=device)
+        # Key/value blocks are copied into (B * Hkv, cols, D) unless a view already is that
+        # (batch 1 in the compute dtype).
+        copy_kv = batch > 1 or key.dtype != dtype
+        fewest_rows = seq_q - (max(seq_q - 1, 0) // block_q) * block_q  # rows of the last query block
+        kv_elements = pairs * min(seq_k, key_width(max(fewest_rows, 1))) * dim if copy_kv else 0
+        key_buffer = torch.empty(kv_elements, dtype=dtype, device=device)
+        value_buffer = torch.empty(kv_elements, dtype=dtype, device=device)
+
+        def kv_block(source: Any, target: Any, j0: int, j1: int) -> Any:
+            block = source[:, :, j0:j1]  # (B, Hkv, cols, D), a view
+            if not copy_kv:
+                return block.reshape(pairs, j1 - j0, dim)
+            return target[: pairs * (j1 - j0) * dim].view(batch, kv_heads, j1 - j0, dim).copy_(block).flatten(0, 1)
 
         for i0 in range(0, seq_q, block_q):
             i1 = min(i0 + block_q, seq_q)
@@ -113,20 +140,23 @@ class ChunkedAttentionImpl(AttentionImpl):
             # (B, rows, Hq, D) -> (B * Hkv, G * rows, D): the G query heads of one kv head stacked
             # along the rows, so one product against that kv head serves all of them (no repeats).
             q = query[:, i0:i1].to(dtype).reshape(batch, rows, kv_heads, groups, dim)
-            q = q.permute(0, 2, 3, 1, 4).reshape(pairs, groups * rows, dim) * self.softmax_scale
+            q = q.permute(0, 2, 3, 1, 4).reshape(pairs, groups * rows, dim)
             acc = torch.zeros(pairs, groups * rows, dim, dtype=dtype, device=device)
             row_max = torch.full((pairs, groups * rows, 1), neg_inf, dtype=dtype, device=device)
             row_sum = torch.zeros(pairs, groups * rows, 1, dtype=dtype, device=device)
             # Causal: the last query of this block sees keys < i1 + offset; later blocks are skipped.
             key_stop = min(seq_k, i1 + offset) if self.causal else seq_k
+            width = key_width(rows)
 
-            for j0 in range(0, key_stop, block_k):
-                j1 = min(j0 + block_k, seq_k)
+            for j0 in range(0, key_stop, width):
+                j1 = min(j0 + width, seq_k)
                 cols = j1 - j0
-                k = keys[:, :, j0:j1].to(dtype).reshape(pairs, cols, dim)
-                v = values[:, :, j0:j1].to(dtype).reshape(pairs, cols, dim)
+                k = kv_block(keys, key_buffer, j0, j1)
+                v = kv_block(values, value_buffer, j0, j1)
                 scores = buffer[: pairs * groups * rows * cols].view(pairs, groups * rows, cols)
-                torch.bmm(q, k.transpose(1, 2), out=scores)
+                # scores = softmax_scale * q @ k^T, written into the reused buffer (beta=0: its old
+                # contents are ignored)
+                torch.baddbmm(scores, q, k.transpose(1, 2), beta=0, alpha=self.softmax_scale, out=scores)
                 grid = scores.view(batch, kv_heads, groups, rows, cols)  # same memory, per-head view
                 if self.causal and j1 - 1 > i0 + offset:  # some query of the block must not see some key
                     last_visible = torch.arange(i0, i1, device=device)[:, None] + offset  # per query row
@@ -152,9 +182,9 @@ class ChunkedAttentionImpl(AttentionImpl):
                 row_max = new_max
 
             # Rows that saw no key have row_sum 0 and acc 0: their output is 0, as with TORCH_SDPA.
-            block = acc.div_(row_sum.masked_fill_(row_sum == 0, 1.0))
-            block = block.view(batch, kv_heads, groups, rows, dim).permute(0, 3, 1, 2, 4)
-            out[:, i0:i1] = block.reshape(batch, rows, heads, dim)
+            block = acc.div_(row_sum.masked_fill_(row_sum == 0, 1.0)).view(batch, kv_heads, groups, rows, dim)
+            # (B, Hkv, G, rows, D) -> the output's (B, rows, Hq, D), in one copy (and cast)
+            out[:, i0:i1].unflatten(2, (kv_heads, groups)).permute(0, 2, 3, 1, 4).copy_(block)
         return out
 
 

@@ -147,6 +147,8 @@ CASES = [
     Case("causal-fewer-queries-h80", 1, 37, 101, 4, 2, 80, causal=True),
     Case("causal-more-queries-h96", 2, 61, 29, 4, 4, 96, causal=True),  # early rows see no key
     Case("cross-h96", 2, 23, 85, 8, 2, 96),
+    Case("decode-gqa-h128", 2, 1, 150, 8, 2, 128),
+    Case("decode-causal-3-queries", 1, 3, 100, 6, 2, 64, causal=True),
     Case("bool-mask-gqa", 2, 50, 70, 8, 2, 64, mask="bool"),
     Case("padding-mask-batch2", 2, 45, 45, 4, 4, 40, mask="padding"),
     Case("additive-mask-causal-h80", 1, 50, 70, 4, 4, 80, causal=True, mask="additive"),
