@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -294,23 +295,29 @@ def measure(
     runs: int,
     warmup: int,
     fresh_cache: frozenset[str] = frozenset(),
-) -> dict[str, list[float]]:
-    """Wall times per case; cases in ``fresh_cache`` get an empty OMNI_CACHE_DIR every run."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(wall times, CPU times) per case, in seconds. The CPU time (user + system of the child)
+    is far less sensitive to other load on the machine than the wall time, and shown beside it.
+    Cases in ``fresh_cache`` get an empty OMNI_CACHE_DIR every run."""
     times: dict[str, list[float]] = {label: [] for label in cases}
+    cpu: dict[str, list[float]] = {label: [] for label in cases}
     for round_ in range(warmup + runs):
         for label, (cmd, env) in cases.items():  # interleaved: A, B, C, ..., A, B, C, ...
             if label in fresh_cache:
                 env = {**env, "OMNI_CACHE_DIR": tempfile.mkdtemp(prefix="cache-", dir=env["OMNI_CACHE_DIR"])}
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
             elapsed = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if proc.returncode != 0:
                 raise SystemExit(f"{label} failed during timing: {proc.stderr.decode(errors='replace')}")
             if round_ >= warmup:
                 times[label].append(elapsed)
+                cpu[label].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         if round_ >= warmup and (round_ - warmup + 1) % 10 == 0:
             print(f"[measure] {round_ - warmup + 1}/{runs} rounds", flush=True)
-    return times
+    return times, cpu
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -371,10 +378,20 @@ def main(argv: list[str] | None = None) -> int:
             f"[measure] {args.runs} runs each (+{args.warmup} warm-up), interleaved over {len(cases)} commands",
             flush=True,
         )
-        times = measure(cases, args.runs, args.warmup, fresh_cache=frozenset({"list50cold"}))
+        load_before = os.getloadavg()[0]
+        times, cpu_times = measure(cases, args.runs, args.warmup, fresh_cache=frozenset({"list50cold"}))
+        load_after = os.getloadavg()[0]
 
     stats = {label: summarize(samples) for label, samples in times.items()}
     med = {label: s["median_ms"] for label, s in stats.items()}
+    cpu_med = {label: statistics.median(samples) * 1000 for label, samples in cpu_times.items()}
+    for label in stats:
+        stats[label]["cpu_median_ms"] = cpu_med[label]
+    cpu_ratios = {
+        "help_vs_pluggy": cpu_med["help"] / cpu_med["pluggy"],
+        "list_vs_pluggy": cpu_med["list0"] / cpu_med["pluggy"],
+        "list50_growth": cpu_med["list50"] / cpu_med["list0"] - 1,
+    }
     ratios = {
         "help_vs_pluggy": med["help"] / med["pluggy"],
         "list_vs_pluggy": med["list0"] / med["pluggy"],
@@ -399,12 +416,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     print()
     print(f"omni CLI startup: {args.runs} interleaved runs each, wall time of the whole subprocess")
-    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPU(s)")
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPU(s), "
+        f"load average {load_before:.2f} before, {load_after:.2f} after"
+    )
     print()
-    print(f"{'command':<48} {'median':>9} {'p10':>9} {'p90':>9}")
-    print(f"{'-' * 48} {'-' * 9} {'-' * 9} {'-' * 9}")
+    print(f"{'command':<48} {'median':>9} {'p10':>9} {'p90':>9} {'cpu med':>9}")
+    print(f"{'-' * 48} {'-' * 9} {'-' * 9} {'-' * 9} {'-' * 9}")
     for label, s in stats.items():
-        print(f"{descriptions[label]:<48} {s['median_ms']:>7.1f}ms {s['p10_ms']:>7.1f}ms {s['p90_ms']:>7.1f}ms")
+        print(
+            f"{descriptions[label]:<48} {s['median_ms']:>7.1f}ms {s['p10_ms']:>7.1f}ms {s['p90_ms']:>7.1f}ms "
+            f"{s['cpu_median_ms']:>7.1f}ms"
+        )
     print()
 
     def verdict(key: str) -> str:
@@ -426,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'plugins list: 50 vs 0, empty cache dir (info)':<48} {ratios['list50cold_growth']:>+8.1%} {'-':>9}  info")
     print(f"{'plugins list --load: 50 vs 0 (informational)':<48} {ratios['load50_growth']:>+8.1%} {'-':>9}  info")
+    print(
+        f"(same ratios on CPU time, for information: help {cpu_ratios['help_vs_pluggy']:.2f}x, "
+        f"list {cpu_ratios['list_vs_pluggy']:.2f}x, 50 plugins {cpu_ratios['list50_growth']:+.1%})"
+    )
     print()
     print("overall: " + ("PASS" if all(verdicts.values()) else "FAIL"))
 
@@ -439,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "commands": {label: {"command": descriptions[label], **stats[label]} for label in stats},
             "ratios": ratios,
+            "cpu_ratios": cpu_ratios,
+            "load_average": {"before": load_before, "after": load_after},
             "limits": {
                 "help_vs_pluggy": LIMIT_VS_PLUGGY,
                 "list_vs_pluggy": LIMIT_VS_PLUGGY,
@@ -446,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "pass": verdicts,
             "samples_ms": {label: [t * 1000 for t in samples] for label, samples in times.items()},
+            "cpu_samples_ms": {label: [t * 1000 for t in samples] for label, samples in cpu_times.items()},
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

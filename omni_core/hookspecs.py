@@ -99,8 +99,10 @@ def omni_register_models(registry: ModelRegistrar) -> None:
 def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
     """Register text-to-speech adapters.
 
-    ``stage_keys`` and ``model_archs`` drive detection (an architecture match beats a stage
-    key); ``detect_priority`` orders detection, lower first. The contract for detection:
+    ``stage_keys`` and ``model_archs`` drive detection (within an adapter's ``matches``, an
+    architecture match beats a stage key); ``detect_priority`` orders detection across
+    adapters, lower first, and the first match wins. They must equal the class attributes
+    of the same names (the conformance kit checks it). The contract for detection:
     two adapters with the same ``detect_priority`` that can match the same model are an
     error when the speech runtime starts, never a silent first match.
     """

@@ -20,7 +20,17 @@ FIXTURE_PLUGINS = Path(__file__).parent / "fixtures" / "plugins"
 #: the repo's own distributions, in dependency order
 CORE_PACKAGES = (REPO, REPO / "plugin_template", REPO / "cli")
 CPU_PLUGIN = REPO / "omni_plugins" / "cpu"
-RUNTIME_DEPS = ("pluggy>=1.5", "pydantic>=2.6", "packaging>=23", "tomli-w>=1.0", "typer>=0.12", "pytest>=8")
+RUNTIME_DEPS = (
+    "pluggy>=1.5",
+    "pydantic>=2.6",
+    "packaging>=23",
+    "tomli-w>=1.0",
+    "typer>=0.12",
+    "pytest>=8",
+    # the speech extra (omni-core[speech]) that TTS plugins, the tts template among them, install
+    "numpy>=1.24",
+    "soundfile>=0.12",
+)
 
 
 @dataclass

@@ -145,7 +145,9 @@ def test_pyproject_declares_the_plugin_without_torch(rendered_here: dict[str, Pa
     project = data["project"]
     assert data["build-system"]["build-backend"] == "setuptools.build_meta"
     assert (project["name"], project["version"]) == (values["distribution"], "0.1.0")
-    assert project["dependencies"] == ["omni-core>=0.1,<0.2"]
+    # a TTS adapter needs the speech runtime's audio stack; no kind depends on torch
+    expected_core = "omni-core[speech]>=0.1,<0.2" if kind == "tts" else "omni-core>=0.1,<0.2"
+    assert project["dependencies"] == [expected_core]
     assert project["optional-dependencies"] == {"test": ["pytest>=8"]}
     assert project["entry-points"]["omni.plugins"] == {values["name"]: f"{values['package']}.hooks"}
     assert data["tool"]["setuptools"]["package-data"] == {values["package"]: ["omni_plugin.toml"]}

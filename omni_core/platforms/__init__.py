@@ -105,13 +105,20 @@ class Platform(abc.ABC):
         return torch.autocast(device_type=self.device_type, dtype=getattr(torch, dtype))
 
     def seed_everything(self, seed: int) -> None:
-        """Seed every random generator that affects computation on this platform."""
+        """Seed every random generator that affects computation on this platform: Python's,
+        and numpy's and torch's where they are installed (a torch-free model needs no torch)."""
+        import importlib.util
         import random
 
-        import torch
-
         random.seed(seed)
-        torch.manual_seed(seed)
+        if importlib.util.find_spec("numpy") is not None:
+            import numpy
+
+            numpy.random.seed(seed % 2**32)
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            torch.manual_seed(seed)
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op default is the right answer for the CPU
         """Wait for queued device work to finish (a no-op where work is synchronous)."""

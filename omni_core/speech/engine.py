@@ -176,7 +176,9 @@ class SpeechEngine:
         """Synthesise the whole utterance and encode it."""
         request, prepared, seed = self.prepare(request)
         if request.stream:
-            raise SpeechRequestError("stream=true: use stream() to receive chunks")
+            raise SpeechRequestError(
+                "stream=true asks for chunks: use SpeechEngine.stream() (Omni.stream_speech() in the offline API)"
+            )
         start = time.perf_counter()
         self._seeded(seed)
         raw = self.adapter.generate(prepared, seed)

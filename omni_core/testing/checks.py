@@ -283,6 +283,30 @@ def _check_attention_backend(entry: Registered[Any], obj: Any) -> list[str]:
     return problems
 
 
+def _check_tts_adapter(entry: Registered[Any], obj: Any) -> list[str]:
+    from omni_core.speech.adapter import TTSAdapter
+
+    label = f"tts adapter {entry.name!r}"
+    if not (isinstance(obj, type) and issubclass(obj, TTSAdapter)):
+        return [f"{label}: {entry.spec.ref} is not a subclass of omni_core.speech.TTSAdapter"]
+    problems = []
+    if getattr(obj, "__abstractmethods__", None):
+        problems.append(f"{label} leaves {sorted(obj.__abstractmethods__)} unimplemented")
+    if getattr(obj, "name", None) != entry.name:
+        problems.append(f"{label}: class name attribute {getattr(obj, 'name', None)!r} != registered {entry.name!r}")
+    for attr in ("stage_keys", "model_archs"):
+        declared, registered = set(getattr(obj, attr)), set(getattr(entry.spec, attr))
+        if declared != registered:
+            problems.append(f"{label}: class {attr} {sorted(declared)} != registered {sorted(registered)}")
+    if obj.detect_priority != entry.spec.detect_priority:
+        problems.append(
+            f"{label}: class detect_priority {obj.detect_priority} != registered {entry.spec.detect_priority}"
+        )
+    if obj.backend not in ("ar", "non_ar"):
+        problems.append(f"{label}: backend must be 'ar' or 'non_ar', not {obj.backend!r}")
+    return problems
+
+
 def _check_callable(entry: Registered[Any], obj: Any) -> list[str]:
     if not callable(obj):
         return [f"{entry.spec.kind.label} {entry.name!r}: {entry.spec.ref} is not a class or callable"]
@@ -294,7 +318,7 @@ CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
     Kind.PLATFORM: _check_platform,
     Kind.ATTENTION_BACKEND: _check_attention_backend,
     Kind.MODEL: _check_callable,
-    Kind.TTS_ADAPTER: _check_callable,
+    Kind.TTS_ADAPTER: _check_tts_adapter,
     Kind.CONNECTOR: _check_callable,
     Kind.OFFLOADER: _check_callable,
     Kind.COMMAND: _check_callable,
