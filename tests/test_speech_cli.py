@@ -193,6 +193,7 @@ BAD = [
     pytest.param(["hi", "--speed", "9"], "speed: Input should be less than or equal to 4", id="speed"),
     pytest.param(["hi", "--stream", "--sample-rate", "24000"], "streaming returns the native 16000 Hz", id="stream-sr"),
     pytest.param(["hi", "--stream", "--speed", "2"], "changes speed only after synthesis", id="stream-speed"),
+    pytest.param(["hi", "-o", "speech.ogg"], "cannot tell the audio format from 'speech.ogg'", id="out-suffix"),
 ]
 
 

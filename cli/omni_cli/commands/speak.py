@@ -125,7 +125,12 @@ def speak(
 
     if fmt is None:
         suffix = out.suffix.lstrip(".").lower() if out is not None else ""
-        fmt = suffix if suffix in AUDIO_FORMATS else "wav"
+        if suffix and suffix not in AUDIO_FORMATS:
+            raise fail(
+                f"cannot tell the audio format from {out.name!r}: name the file .wav, .pcm, .flac or .mp3, "
+                "or pass --format"
+            )
+        fmt = suffix or "wav"
     if ref_audio is not None and not ref_audio.is_file():
         raise fail(f"reference audio {str(ref_audio)!r} is not a file")
     fields: dict[str, Any] = {
