@@ -232,7 +232,12 @@ BAD_REQUESTS = [
         "this model does not support 'max_new_tokens'; omit it",
         id="unsupported-field",
     ),
-    pytest.param({"input": "hi", "stream": True}, {}, "use stream() to receive chunks", id="stream-on-speak"),
+    pytest.param(
+        {"input": "hi", "stream": True},
+        {},
+        "use SpeechEngine.stream() (Omni.stream_speech() in the offline API)",
+        id="stream-on-speak",
+    ),
     pytest.param({"input": "a forbidden word"}, {}, "the tone model refuses the word 'forbidden'", id="adapter-rule"),
 ]
 
