@@ -62,8 +62,6 @@ FORMATS = [
 @pytest.mark.parametrize("rate", [16000, 22050, 24000, 44100, 48000])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_decodes_back_at_the_right_rate_and_channels(fmt, rate, channels):
-    if fmt == "mp3" and rate not in (16000, 22050, 24000, 44100, 48000):
-        pytest.skip("MP3 has a fixed set of rates")
     audio = tone(440, 0.5, rate, channels)
     samples, got_rate, got_channels = decode(encode(audio, fmt), fmt, rate, channels)
     assert (got_rate, got_channels) == (rate, channels)
