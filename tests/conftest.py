@@ -6,6 +6,8 @@ discovery, metadata and entry points are exercised exactly as a user's install w
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,3 +45,32 @@ def install_plugins(base_venv: Venv, tmp_path: Path) -> Callable[..., Venv]:
 @pytest.fixture
 def repo_python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def fixture_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the fixture packages, so pip's in-tree builds never write into the repo."""
+    dest = tmp_path_factory.mktemp("fixture-src")
+    for pkg in FIXTURE_PLUGINS.iterdir():
+        if (pkg / "pyproject.toml").is_file():
+            shutil.copytree(pkg, dest / pkg.name, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def torch_findable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory that makes this interpreter's torch findable, by symlinks; nothing imports it.
+
+    The shared venv installs the CPU plugin without its torch dependency. ``omni doctor`` rightly
+    reports that no attention backend can run there, so a clean doctor needs torch to be
+    installed, as in any real install; omni itself only looks it up (``find_spec``).
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        pytest.skip("torch is not installed in the interpreter running the tests")
+    package = Path(spec.origin).parent
+    shim = tmp_path_factory.mktemp("torch-findable")
+    (shim / "torch").symlink_to(package, target_is_directory=True)
+    for dist_info in package.parent.glob("torch-*.dist-info"):
+        (shim / dist_info.name).symlink_to(dist_info, target_is_directory=True)
+    return shim

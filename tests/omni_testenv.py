@@ -119,3 +119,6 @@ def create_venv(root: Path, packages: Iterable[Path] = (), with_cpu_plugin: bool
     return env
 
 
+def check(result: Result, code: int = 0) -> Result:
+    assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result

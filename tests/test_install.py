@@ -4,49 +4,23 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from omni_testenv import create_venv
+from omni_testenv import check, create_venv
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 #: Build the local fixture wheels with the venv's own setuptools instead of fetching one into an
 #: isolated build environment. (pip reads this "no-" switch inverted: 0 turns isolation off.)
 PIP_ENV = {"PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the fixture packages, so pip's in-tree builds never write into the repo."""
-    dest = tmp_path_factory.mktemp("install-src")
-    for pkg in FIXTURES.iterdir():
-        if (pkg / "pyproject.toml").is_file():
-            shutil.copytree(pkg, dest / pkg.name, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    return dest
-
-
-@pytest.fixture(scope="module")
-def torch_findable(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory that makes this interpreter's torch findable, by symlinks; nothing imports it.
-
-    The venv installs the CPU plugin without its torch dependency. ``omni doctor`` rightly
-    reports that no attention backend can run there, so a clean doctor needs torch to be
-    installed, as in any real install; omni itself only looks it up (``find_spec``).
-    """
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        pytest.skip("torch is not installed in the interpreter running the tests")
-    package = Path(spec.origin).parent
-    shim = tmp_path_factory.mktemp("torch-findable")
-    (shim / "torch").symlink_to(package, target_is_directory=True)
-    for dist_info in package.parent.glob("torch-*.dist-info"):
-        (shim / dist_info.name).symlink_to(dist_info, target_is_directory=True)
-    return shim
+def src(fixture_src: Path) -> Path:
+    """The fixture packages, copied out of the repo (see conftest.fixture_src)."""
+    return fixture_src
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +28,6 @@ def venv(tmp_path_factory: pytest.TempPathFactory, torch_findable: Path) -> Any:
     """A venv of its own: these tests install into and uninstall from it."""
     env = create_venv(tmp_path_factory.mktemp("install") / "venv")
     return dataclasses.replace(env, extra_paths=[torch_findable])
-
-
-def check(result: Any, code: int = 0) -> Any:
-    assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 def omni(venv: Any, *args: str, code: int = 0, **env: str) -> Any:

@@ -7,20 +7,18 @@ and driven through the real ``omni`` executable of a venv without torch.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
-import shutil
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from omni_testenv import check
 
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 
 #: every kind of breakage next to one good plugin
 ZOO = (
@@ -80,35 +78,6 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="session")
-def fixture_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the fixture packages, so pip's in-tree builds never write into the repo."""
-    dest = tmp_path_factory.mktemp("fixture-src")
-    for pkg in FIXTURES.iterdir():
-        if (pkg / "pyproject.toml").is_file():
-            shutil.copytree(pkg, dest / pkg.name, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    return dest
-
-
-@pytest.fixture(scope="session")
-def torch_findable(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory that makes this interpreter's torch findable, by symlinks; nothing imports it.
-
-    The shared venv installs the CPU plugin without its torch dependency. ``omni doctor`` rightly
-    reports that no attention backend can run there, so a clean doctor needs torch to be
-    installed, as in any real install; omni itself only looks it up (``find_spec``).
-    """
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        pytest.skip("torch is not installed in the interpreter running the tests")
-    package = Path(spec.origin).parent
-    shim = tmp_path_factory.mktemp("torch-findable")
-    (shim / "torch").symlink_to(package, target_is_directory=True)
-    for dist_info in package.parent.glob("torch-*.dist-info"):
-        (shim / dist_info.name).symlink_to(dist_info, target_is_directory=True)
-    return shim
-
-
 @pytest.fixture
 def install(install_plugins: Callable[..., Any], fixture_src: Path, torch_findable: Path) -> Callable[..., Any]:
     """Install fixture packages by distribution name; returns the Venv that sees them."""
@@ -135,11 +104,6 @@ def zoo(base_venv: Any, zoo_site: Path, torch_findable: Path, tmp_path: Path) ->
     """A venv that sees the ZOO, with a config and cache directory of this test's own."""
     venv = base_venv.with_site(zoo_site, tmp_path / "home")
     return dataclasses.replace(venv, extra_paths=[*venv.extra_paths, torch_findable])
-
-
-def check(result: Any, code: int = 0) -> Any:
-    assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 def listing(venv: Any, *args: str, **env: str) -> dict[str, Any]:
