@@ -7,6 +7,7 @@ to answer questions (``omni explain attention``) on machines that may have neith
 
 from __future__ import annotations
 
+import abc
 import importlib.util
 import sys
 from itertools import pairwise
@@ -188,11 +189,13 @@ class CudaAttentionImpl(AttentionImpl):
         if query.shape[2] % key.shape[2]:
             raise ValueError(f"query heads ({query.shape[2]}) must be a multiple of key heads ({key.shape[2]})")
 
+    @abc.abstractmethod
     def _dense(self, query: Any, key: Any, value: Any, mask: Any, extra: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        """One kernel call over (batch, seq, heads, head_dim) tensors."""
 
     def _varlen(self, query: Any, key: Any, value: Any, packed: Packed, extra: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        """Packed variable-length batches; only backends declaring ``supports_varlen`` get here."""
+        raise ValueError(f"{self.name} does not take variable-length batches (cu_seqlens); use TORCH_SDPA")
 
 
 class Packed:
