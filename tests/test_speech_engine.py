@@ -576,3 +576,34 @@ def test_omni_is_exported_lazily_and_import_omni_core_stays_light(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("One. Two! Three? Four", ["One.", "Two!", "Three?", "Four"]),
+        ('He said "stop." Then left.', ['He said "stop."', "Then left."]),
+        ("Pi is 3.14 today.", ["Pi is 3.14 today."]),
+        ("Wait\u2026 then go.", ["Wait\u2026", "then go."]),
+        ("\u4f60\u597d\u3002\u518d\u89c1\uff01", ["\u4f60\u597d\u3002", "\u518d\u89c1\uff01"]),
+        ("Wait ... ! Go.", ["Wait ... !", "Go."]),
+        ("?! ok", ["?! ok"]),
+        ("   ", []),
+    ],
+)
+def test_sentences_every_adapter_streams_by(text, sentences):
+    from omni_core.speech.text import split_sentences
+
+    assert split_sentences(text) == sentences
+
+
+def test_long_sentences_are_cut_to_the_token_budget_without_loss():
+    from omni_core.speech.text import segment_text
+
+    text = "Short one. " + " ".join(["word"] * 30) + ". " + "x" * 25 + " end."
+    pieces = segment_text(text, 12, len)
+    assert pieces[0] == "Short one." and all(len(p) <= 12 for p in pieces)
+    assert pieces[-3:] == ["x" * 12, "x" * 12, "x end."]
+    assert "".join(pieces).replace(" ", "") == text.replace(" ", "")  # nothing dropped or reordered
+    with pytest.raises(ValueError, match="at least 1"):
+        segment_text("Hi.", 0, len)

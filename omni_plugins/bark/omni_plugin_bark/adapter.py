@@ -12,7 +12,7 @@ the remaining codebooks (non-causal) -> EnCodec waveform. A voice is a *voice pr
   request's ``max_new_tokens`` overrides only ``semantic_max_new_tokens`` (the runtime merges
   it onto the defaults, so the temperatures and the rest survive). The coarse budget follows
   from the semantic one (about three coarse tokens per semantic token).
-* **Long text** is generated sentence by sentence (:mod:`omni_plugin_bark.segments`), each
+* **Long text** is generated sentence by sentence (:func:`omni_core.speech.text.segment_text`), each
   sentence seeded from the request seed and its index, so :meth:`BarkAdapter.stream` yields
   one chunk per sentence and the chunks concatenate to exactly what
   :meth:`BarkAdapter.generate` returns.
@@ -218,7 +218,7 @@ class BarkAdapter(TTSAdapter):
         return {"semantic_max_new_tokens": request.max_new_tokens}
 
     def build(self, request: SpeechRequest, sampling: dict[str, Any]) -> PreparedRequest:
-        from omni_plugin_bark.segments import segment_text
+        from omni_core.speech.text import segment_text
 
         self._loaded()
         segments = segment_text(request.input, self._max_text_tokens(), self.count_tokens)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from omni_plugin_bark.segments import segment_text, split_sentences
+
+from omni_core.speech.text import segment_text, split_sentences
 
 
 def chars(text: str) -> int:

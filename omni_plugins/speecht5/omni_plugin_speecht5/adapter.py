@@ -44,7 +44,7 @@ from omni_core.speech import (
     TTSAdapter,
     TTSCapabilities,
 )
-from omni_plugin_speecht5.text import segment
+from omni_core.speech.text import segment_text
 from omni_plugin_speecht5.voices import read_voice_names
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class SpeechT5Adapter(TTSAdapter):
 
     def build(self, request: SpeechRequest, sampling: dict[str, Any]) -> PreparedRequest:
         self._require_loaded()
-        segments = segment(request.input, self._count_tokens, self.max_segment_tokens)
+        segments = segment_text(request.input, self.max_segment_tokens, self._count_tokens)
         input_ids = [list(self.processor(text=s)["input_ids"]) for s in segments]
         voice = request.voice or self.capabilities().default_voice
         return PreparedRequest(

@@ -2,7 +2,8 @@
 
 import pytest
 from omni_plugin_speecht5.adapter import segment_seed
-from omni_plugin_speecht5.text import segment, split_sentences
+
+from omni_core.speech.text import segment_text, split_sentences
 
 
 @pytest.mark.parametrize(
@@ -23,7 +24,7 @@ def test_speecht5_split_sentences(text: str, expected: list[str]) -> None:
 def test_speecht5_segment_cuts_long_sentences_at_words_then_characters() -> None:
     count = len  # one token per character, like a char-level vocabulary
     text = "Short one. " + " ".join(["word"] * 30) + ". " + "x" * 25 + " end."
-    pieces = segment(text, count, max_tokens=12)
+    pieces = segment_text(text, 12, count)
     assert pieces[0] == "Short one."
     assert all(count(p) <= 12 for p in pieces)
     # the 30 words are packed into pieces of at most 12 characters, in order
@@ -35,7 +36,7 @@ def test_speecht5_segment_cuts_long_sentences_at_words_then_characters() -> None
 
 def test_speecht5_segment_rejects_a_zero_budget() -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        segment("Hi.", len, 0)
+        segment_text("Hi.", 0, len)
 
 
 def test_speecht5_segment_seeds_differ_per_sentence_and_are_stable() -> None:

@@ -32,23 +32,16 @@ from omni_core.errors import OmniError
 from omni_core.speech.adapter import AdapterContext, TTSAdapter
 from omni_core.speech.audio import Audio
 from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
+from omni_core.speech.text import split_sentences
 
 if TYPE_CHECKING:
     import torch
 
-#: a sentence ends at . ! ? or an ellipsis (and their CJK forms) followed by whitespace
-_SENTENCE_END = re.compile(r"(?<=[.!?\u2026\u3002\uff01\uff1f])\s+")
 _VOICE = re.compile(r"^speaker_(\d+)$")
 
 
 class VitsLoadError(OmniError):
     """A VITS checkpoint that cannot be served as it is; the message says what to install or fix."""
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split normalised text into sentences at ``.``, ``!``, ``?`` or ``…`` followed by
-    whitespace; the punctuation stays with its sentence. ``3.5`` or ``a.b`` never split."""
-    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
 
 
 def voice_names(num_speakers: int) -> tuple[str, ...]:

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from omni_plugin_vits.adapter import VitsAdapter, split_sentences, voice_names
+from omni_plugin_vits.adapter import VitsAdapter, voice_names
 from omni_plugin_vits.tiny import tiny_vocab
 
 from omni_core.speech.adapter import AdapterContext
 from omni_core.speech.request import SpeechRequest, SpeechRequestError
+from omni_core.speech.text import split_sentences
 
 
 def _digest(directory: Path) -> dict[str, str]:
@@ -163,11 +164,12 @@ def test_sampling_merges_speed_into_the_speaking_rate(tiny_vits: Path, vits_plat
     assert adapter.sampling_overrides(SpeechRequest(input="hi", speed=2.0)) == {"speaking_rate": 2.0}
 
 
-def test_build_drops_unpronounceable_sentences(tiny_vits_multi: Path, vits_platform) -> None:  # type: ignore[no-untyped-def]
+def test_build_folds_punctuation_only_pieces_into_a_sentence(tiny_vits_multi: Path, vits_platform) -> None:  # type: ignore[no-untyped-def]
     adapter = _adapter(tiny_vits_multi, vits_platform)
     request = adapter.normalize(SpeechRequest(input="Hello there. ?!? Bye now.", voice="speaker_2"))
     prepared = adapter.build(request, adapter.default_sampling())
-    assert prepared.prompt["sentences"] == ["Hello there.", "Bye now."]
+    # the shared splitter joins a piece with nothing to say onto the sentence before it
+    assert prepared.prompt["sentences"] == ["Hello there. ?!?", "Bye now."]
     assert len(prepared.prompt["input_ids"]) == 2
     assert prepared.tts_params == {"speaker_id": 2}
     assert prepared.request is request

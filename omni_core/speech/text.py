@@ -1,10 +1,8 @@
-"""Splitting input text into the segments Bark generates one at a time.
+"""Cutting input text into the pieces an adapter synthesises one at a time.
 
-Bark reads at most ``max_input_semantic_length`` text tokens per generation (256 for the
-published checkpoints) and drifts on long inputs, so long text is generated sentence by
-sentence with the same voice preset. A sentence longer than the window is cut at word
-boundaries, and a single word longer than the window by characters, so no text is silently
-truncated. Pure Python: no torch, no tokenizer import (the caller passes a token counter).
+Adapters stream sentence by sentence, and models that read a bounded number of tokens cut
+long sentences further. Every family needs the same rules, so they live here: pure Python,
+no tokenizer import (the caller passes a token counter).
 """
 
 from __future__ import annotations
@@ -12,18 +10,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-#: a sentence ends at ., ! or ? followed by whitespace, or right after a CJK (full-width)
-#: full stop, exclamation or question mark
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])")
+#: a sentence ends at ., !, ? or an ellipsis, with any closing quotes or brackets, before
+#: whitespace; or right after a full-width (CJK) full stop, exclamation or question mark
+_SENTENCE_END = re.compile(r"[.!?\u2026][\"')\]\u201d\u2019]*\s+|[\u3002\uff01\uff1f]")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` in order. A piece with no letter or digit (``"?!"``, ``"..."``)
-    joins the sentence before it, or the one after when it comes first."""
+    """Sentences of ``text`` in order, each keeping its punctuation: ``"Hi. How are you?"`` ->
+    ``["Hi.", "How are you?"]``; ``3.5`` never splits. A piece with no letter or digit
+    (``"?!"``, ``"..."``) joins the sentence before it, or the one after when it comes first."""
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.start() + len(match.group(0).rstrip())
+        pieces.append(text[start:end])
+        start = match.end()
+    pieces.append(text[start:])
+
     sentences: list[str] = []
     leading = ""
-    for piece in _SENTENCE_END.split(text):
-        piece = piece.strip()
+    for piece in (p.strip() for p in pieces):
         if not piece:
             continue
         if not any(ch.isalnum() for ch in piece):
@@ -40,7 +45,9 @@ def split_sentences(text: str) -> list[str]:
 
 
 def segment_text(text: str, max_tokens: int, count_tokens: Callable[[str], int]) -> list[str]:
-    """Sentences of ``text``, each cut further so that ``count_tokens(segment) <= max_tokens``."""
+    """Sentences of ``text``, each cut further so that ``count_tokens(segment) <= max_tokens``:
+    at word boundaries, and a single word longer than the budget at characters. Nothing is
+    dropped or reordered."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     segments: list[str] = []
