@@ -11,22 +11,18 @@ The platform's methods ask torch: a ROCm build of torch exposes HIP devices as `
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import os
-import re
 from pathlib import Path
 from typing import Any, ClassVar
 
 from omni_core.platforms import MemoryInfo, Platform, ProbeResult
+from omni_core.platforms.probing import torch_build_info, torch_package_dir
 
 #: the ROCm kernel driver's compute device node; present when amdgpu's KFD is loaded
 KFD_DEVICE = Path("/dev/kfd")
 #: one directory per topology node (CPUs and GPUs), each with a ``properties`` file
 KFD_TOPOLOGY_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 VISIBLE_ENV = "HIP_VISIBLE_DEVICES"
-
-_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?::[^=]*)?=\s*(?P<value>.+?)\s*$")
 
 
 def gfx_name(target_version: int) -> str:
@@ -64,29 +60,6 @@ def gpu_architectures() -> list[str]:
         if arch is not None:
             archs.append(arch)
     return archs
-
-
-def torch_package_dir() -> Path | None:
-    """Where torch is installed, found without importing it (None when it is not installed)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def torch_build_info(torch_dir: Path) -> dict[str, Any]:
-    """The literal assignments of ``torch/version.py`` (``__version__``, ``hip``, ``cuda``, ``xpu``),
-    read as text so that torch is not imported."""
-    values: dict[str, Any] = {}
-    for line in (torch_dir / "version.py").read_text(encoding="utf-8").splitlines():
-        match = _ASSIGNMENT.match(line)
-        if match is None:
-            continue
-        try:
-            values[match["name"]] = ast.literal_eval(match["value"])
-        except (ValueError, SyntaxError):
-            continue  # an expression, not a literal: not one of the build facts read here
-    return values
 
 
 def hidden_by_env() -> str | None:

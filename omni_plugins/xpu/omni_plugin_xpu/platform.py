@@ -11,21 +11,17 @@ so this platform asks for **blocking** offload copies (``blocking_offload_copies
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import os
-import re
 from pathlib import Path
 from typing import Any, ClassVar
 
 from omni_core.platforms import MemoryInfo, Platform, ProbeResult
+from omni_core.platforms.probing import torch_build_info, torch_package_dir
 
 #: one ``renderD<N>`` entry per GPU render node, with its PCI device under ``device/``
 DRM_DIR = Path("/sys/class/drm")
 INTEL_VENDOR_ID = "0x8086"
 VISIBLE_ENV = "ZE_AFFINITY_MASK"
-
-_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?::[^=]*)?=\s*(?P<value>.+?)\s*$")
 
 
 def intel_render_nodes() -> list[str]:
@@ -38,28 +34,6 @@ def intel_render_nodes() -> list[str]:
         if vendor.read_text(encoding="ascii", errors="replace").strip().lower() == INTEL_VENDOR_ID:
             nodes.append(node.name)
     return nodes
-
-
-def torch_package_dir() -> Path | None:
-    """Where torch is installed, found without importing it (None when it is not installed)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def torch_build_info(torch_dir: Path) -> dict[str, Any]:
-    """The literal assignments of ``torch/version.py`` (``__version__``, ``xpu``, ...), read as text."""
-    values: dict[str, Any] = {}
-    for line in (torch_dir / "version.py").read_text(encoding="utf-8").splitlines():
-        match = _ASSIGNMENT.match(line)
-        if match is None:
-            continue
-        try:
-            values[match["name"]] = ast.literal_eval(match["value"])
-        except (ValueError, SyntaxError):
-            continue  # an expression, not a literal: not one of the build facts read here
-    return values
 
 
 def torch_xpu_build(torch_dir: Path) -> str | None:
