@@ -7,14 +7,16 @@
         for chunk in omni.stream_speech("Hello there"):   # Audio chunks as the adapter makes them
             ...
 
-:class:`Omni` finds what serves the model through the installed plugins. Today that is the
-text-to-speech adapters (``omni_register_tts_adapters``), driven by
-:class:`omni_core.speech.engine.SpeechEngine`. Image and video models will be opened through the
-model registry (``omni_register_models``); until that runtime exists such a directory is
-refused with the reason, never half-served.
+    with Omni("path/to/diffusers-checkpoint", attention_backend="TORCH_SDPA") as omni:
+        result = omni.generate("a red fox in snow", seed=0)  # GenerationResult: images or videos
+        result.save("fox.png")                                # PNG / MP4 / GIF with metadata
 
-Importing this module is cheap: the speech runtime (pydantic, numpy) is imported when a model
-is opened.
+:class:`Omni` finds what serves the model through the installed plugins: image and video
+families through the model registry (``omni_register_models``, resolved by
+:mod:`omni_core.generation.resolve`), speech through the text-to-speech adapters
+(``omni_register_tts_adapters``, driven by :class:`omni_core.speech.engine.SpeechEngine`).
+
+Importing this module is cheap: a runtime is imported when a model is opened.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from omni_core.errors import OmniError
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from omni_core.generation.model import GenerationEngine
+    from omni_core.generation.outputs import GenerationResult
+    from omni_core.generation.request import GenerationRequest
     from omni_core.plugins import PluginSet
     from omni_core.selection import Explanation
     from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
@@ -40,14 +45,35 @@ class ModelNotServedError(OmniError):
 
 #: options :class:`Omni` passes on to the engine of a speech model
 _SPEECH_OPTIONS = frozenset({"plugins", "platform", "model_stage"})
+#: options :class:`Omni` passes on to the engine of an image or video model
+_GENERATION_OPTIONS = frozenset(
+    {
+        "plugins",
+        "platform",
+        "model_class_name",
+        "recipe",
+        "attention",
+        "attention_backend",
+        "offload",
+        "dtype",
+        "progress",
+    }
+)
 
 
 class Omni:
     """One model, opened through the plugin that serves it.
 
     ``adapter`` names the TTS adapter explicitly instead of detecting it. Other keyword
-    options go to the engine that serves the model (for speech: ``plugins``, ``platform``,
-    ``model_stage``); an option that engine does not take is an error, not ignored.
+    options go to the engine that serves the model; an option that engine does not take is an
+    error, not ignored:
+
+    * speech: ``plugins``, ``platform``, ``model_stage``;
+    * image and video: ``model_class_name`` (a family or pipeline class, beating the
+      checkpoint's own), ``recipe`` (a path or :class:`~omni_core.generation.recipe.Recipe`),
+      ``attention`` (an :class:`~omni_core.attention.config.AttentionConfig`, dict or JSON),
+      ``attention_backend`` (shorthand for its default; ``OMNI_ATTENTION_BACKEND`` when
+      unset), ``offload`` (a strategy name), ``dtype``, ``progress``, ``plugins``, ``platform``.
     """
 
     def __init__(self, model: str | Path, *, adapter: str | None = None, **kwargs: Any) -> None:
@@ -59,13 +85,14 @@ class Omni:
         plugins: PluginSet = kwargs.get("plugins") or get_plugins()
         kwargs["plugins"] = plugins
         self._speech: SpeechEngine | None = None
+        self._generation: GenerationEngine | None = None
+        self._recipe_defaults: dict[str, Any] = {}
         self._closed = False
-        #: what the model does: "speech" (image and video join with the model registry)
+        #: what the model does: "speech", "text-to-image", "text-to-video" or "image-to-video"
         self.kind: str = ""
 
-        # Each modality says whether it serves the directory and, if so, opens it. Image and
-        # video models join here through the model registry when their runtime lands.
-        openers: tuple[Callable[..., str | None], ...] = (self._open_speech,)
+        # Each modality says whether it serves the directory and, if so, opens it.
+        openers: tuple[Callable[..., str | None], ...] = (self._open_generation, self._open_speech)
         reasons: list[str] = []
         for opener in openers:
             reason = opener(plugins, adapter, kwargs)
@@ -96,14 +123,40 @@ class Omni:
         self.kind = "speech"
         return None
 
+    def _open_generation(self, plugins: PluginSet, adapter: str | None, kwargs: dict[str, Any]) -> str | None:
+        """Open the model as an image or video family if one serves it; otherwise say why not."""
+        from omni_core.generation.recipe import Recipe, load_recipe
+        from omni_core.generation.resolve import Checkpoint, resolve_model
+
+        explicit = kwargs.get("model_class_name")
+        recipe = kwargs.get("recipe")
+        if recipe is not None and not isinstance(recipe, Recipe):
+            recipe = load_recipe(recipe)
+        checkpoint = Checkpoint(self.model_dir)
+        if adapter is not None or not (explicit or checkpoint.class_name or (recipe and recipe.model_class_name)):
+            return "image and video families identify a checkpoint by model_index.json, and this directory has none"
+        unknown = set(kwargs) - _GENERATION_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"Omni() got option(s) {sorted(unknown)} that an image or video model does not take; "
+                f"accepted: {', '.join(sorted(_GENERATION_OPTIONS))}"
+            )
+        resolution = resolve_model(
+            plugins, self.model_dir, model_class_name=explicit, recipe_pin=recipe.model_class_name if recipe else None
+        )
+        self._generation = _open_family(resolution, self.model_dir, plugins, recipe, kwargs)
+        self.kind = resolution.entry.load().profile.task
+        self._recipe_defaults = dict(recipe.generation) if recipe else {}
+        return None
+
     def _not_served(self, plugins: PluginSet, reasons: list[str]) -> str:
         adapters = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.tts_adapters) or "none"
         models = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.models) or "none"
         lines = [
             f"no installed plugin serves {str(self.model_dir)!r}.",
-            *(f"  speech: {r}" for r in reasons),
+            *(f"  {r}" for r in reasons),
             f"  installed TTS adapters: {adapters}",
-            f"  installed model families: {models} (the offline API does not open image or video models yet)",
+            f"  installed image and video families: {models}",
             "Install the plugin for this model family (`omni plugins list` shows what is installed).",
         ]
         return "\n".join(lines)
@@ -138,15 +191,62 @@ class Omni:
         :meth:`speak` returns. The iterator carries ``seed`` and the validated ``request``."""
         return self.speech.stream(_request(text_or_request, {**fields, "stream": True}))
 
+    # -- image and video ----------------------------------------------------------------------
+
+    @property
+    def generation(self) -> GenerationEngine:
+        """The generation engine, for an image or video model."""
+        self._check_open()
+        if self._generation is None:
+            raise ModelNotServedError(f"{self.model_dir} is a {self.kind} model, not an image or video model")
+        return self._generation
+
+    @property
+    def family(self) -> str:
+        """Name of the model family serving an image or video model."""
+        return self.generation.family
+
+    def generate(self, prompt_or_request: str | GenerationRequest | dict[str, Any], **fields: Any) -> GenerationResult:
+        """Generate images (or videos, for a video model). ``fields`` are
+        :class:`~omni_core.generation.request.GenerationRequest` fields (``width``, ``height``,
+        ``num_inference_steps``, ``guidance_scale``, ``seed``, ``num_outputs``, ``num_frames``,
+        ``fps``, ``image``, ``negative_prompt``, ``extra``); unset ones take the recipe's
+        settings, then the family's defaults. Invalid values raise
+        :class:`~omni_core.generation.request.GenerationOptionError` before any compute."""
+        from omni_core.generation.request import GenerationRequest
+
+        if isinstance(prompt_or_request, GenerationRequest):
+            data = prompt_or_request.model_dump(exclude_unset=True)
+        elif isinstance(prompt_or_request, dict):
+            data = dict(prompt_or_request)
+        elif isinstance(prompt_or_request, str):
+            data = {"prompt": prompt_or_request}
+        else:
+            raise TypeError(f"expected a prompt, a GenerationRequest or a dict, not {type(prompt_or_request).__name__}")
+        request = GenerationRequest.parse({**self._recipe_defaults, **data, **fields})
+        return self.generation.generate(request)
+
     # -- common -------------------------------------------------------------------------------
 
     def explain(self) -> Explanation:
-        """How the serving plugin was chosen: every candidate and why it lost."""
+        """How the serving plugin was chosen: every candidate and why it lost. For image and
+        video models :meth:`explain_all` also covers attention roles and offload."""
+        if self._generation is not None:
+            return self._generation.explain()["model"]
         return self.speech.explain()
 
+    def explain_all(self) -> dict[str, Explanation]:
+        """Every selection made when opening the model, by subject."""
+        if self._generation is not None:
+            return self._generation.explain()
+        return {"adapter": self.speech.explain()}
+
     def close(self) -> None:
-        """Drop the loaded model (the adapter releases it when garbage-collected)."""
+        """Drop the loaded model (and any hooks its runtime installed)."""
+        if self._generation is not None:
+            self._generation.close()
         self._speech = None
+        self._generation = None
         self._closed = True
 
     def _check_open(self) -> None:
@@ -165,7 +265,8 @@ class Omni:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self.kind} via {self._speech.adapter_name if self._speech else '-'}"
+        via = self._speech.adapter_name if self._speech else self._generation.family if self._generation else "-"
+        state = "closed" if self._closed else f"{self.kind} via {via}"
         return f"Omni({str(self.model_dir)!r}, {state})"
 
 
@@ -184,3 +285,45 @@ def _request(text_or_request: str | SpeechRequest | dict[str, Any], fields: dict
     else:
         raise TypeError(f"expected text, a SpeechRequest or a dict, not {type(text_or_request).__name__}")
     return SpeechRequest.parse({**data, **fields})
+
+
+def _open_family(
+    resolution: Any, model_dir: Path, plugins: PluginSet, recipe: Any, kwargs: dict[str, Any]
+) -> GenerationEngine:
+    """Build the engine options (explicit options > recipe > environment) and open the family."""
+    import os
+
+    from omni_core.attention.config import AttentionConfig
+    from omni_core.generation.model import EngineOptions
+
+    backend = kwargs.get("attention_backend")
+    given = kwargs.get("attention")
+    if given is None and backend is None and recipe is not None:
+        attention = recipe.attention
+    else:
+        attention = AttentionConfig.parse(given, backend=backend)
+    if (
+        given is None
+        and backend is None
+        and attention == AttentionConfig()
+        and os.environ.get("OMNI_ATTENTION_BACKEND")
+    ):
+        attention = AttentionConfig.parse(None, backend=os.environ["OMNI_ATTENTION_BACKEND"])
+    offload = kwargs.get("offload")
+    if offload is None:
+        offload = recipe.offload if recipe is not None else ()
+    offload = (offload,) if isinstance(offload, str) else tuple(offload)
+    options = EngineOptions(
+        family=resolution.entry.name,
+        provider=str(resolution.entry.provider),
+        attention=attention,
+        offload=offload,
+        dtype=kwargs.get("dtype") or (recipe.dtype if recipe is not None else None),
+        progress=kwargs.get("progress", True),
+        plugins=plugins,
+        platform=kwargs.get("platform"),
+        resolution=resolution,
+    )
+    family = resolution.entry.load()
+    engine: GenerationEngine = family.open(model_dir, options)
+    return engine

@@ -6,6 +6,9 @@ Every plugin package ships an ``omni_plugin.toml`` next to its ``__init__.py``::
     description = "CPU platform and the TORCH_SDPA attention backend"
     requires_hardware = []                # e.g. ["cuda"]: shown by `omni doctor`
 
+    [catalog]                             # optional: names other distributions serve, for hints
+    "omni-plugin-flux" = ["FluxPipeline"]
+
     [[platform]]                          # one array of tables per extension kind
     name = "cpu"
     ref = "omni_plugin_cpu.platform:CpuPlatform"   # lazy: imported on first use
@@ -34,7 +37,7 @@ from omni_core.kinds import Kind
 from omni_core.lazy import check_ref
 
 MANIFEST_FILENAME = "omni_plugin.toml"
-_TOP_LEVEL_KEYS = {"omni_api", "description", "requires_hardware"} | {k.value for k in Kind}
+_TOP_LEVEL_KEYS = {"omni_api", "description", "requires_hardware", "catalog"} | {k.value for k in Kind}
 _COMMON_KEYS = {"name", "ref", "priority"}
 
 
@@ -63,6 +66,9 @@ class Manifest:
     requires_hardware: tuple[str, ...] = ()
     provides: tuple[Declared, ...] = ()
     path: str = ""
+    #: names served by *other* distributions, so "unknown model" errors can say what to install:
+    #: distribution -> names (``[catalog]`` table, e.g. ``"omni-plugin-flux" = ["FluxPipeline"]``)
+    catalog: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def of_kind(self, kind: Kind) -> list[Declared]:
         return [d for d in self.provides if d.kind is kind]
@@ -87,6 +93,12 @@ def parse_manifest(data: Mapping[str, Any], source: str = "<manifest>") -> Manif
     if not isinstance(hardware, list) or not all(isinstance(h, str) for h in hardware):
         raise ManifestError(f"{source}: requires_hardware must be a list of strings")
 
+    catalog = data.get("catalog", {})
+    if not isinstance(catalog, dict) or not all(
+        isinstance(names, list) and all(isinstance(n, str) for n in names) for names in catalog.values()
+    ):
+        raise ManifestError(f'{source}: [catalog] maps a distribution to a list of names, e.g. "omni-plugin-x" = ["A"]')
+
     provides: list[Declared] = []
     seen: set[tuple[Kind, str]] = set()
     for kind in Kind:
@@ -105,6 +117,7 @@ def parse_manifest(data: Mapping[str, Any], source: str = "<manifest>") -> Manif
         requires_hardware=tuple(hardware),
         provides=tuple(provides),
         path=source,
+        catalog={dist: tuple(names) for dist, names in catalog.items()},
     )
 
 

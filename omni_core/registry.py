@@ -70,6 +70,21 @@ class ModelSpec(ExtensionSpec):
     aliases: tuple[str, ...] = ()
     #: what it does, e.g. ``text-to-image``, ``text-to-video``
     tasks: tuple[str, ...] = ()
+    #: tells siblings that share an architecture apart, read from the checkpoint's configs:
+    #: ``"<component>.<key>": value``, where component is ``model_index``, ``config`` (the
+    #: top-level config.json) or a subfolder (``transformer``); ``{"exists": true}`` tests
+    #: presence. Every entry must hold. Never decided by load order.
+    config_match: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("config_match")
+    @classmethod
+    def _valid_match(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if key.count(".") < 1 or not all(key.split(".")):
+                raise ValueError(
+                    f"config_match key {key!r} must be '<component>.<key>', e.g. 'transformer.guidance_embeds'"
+                )
+        return v
 
 
 class TTSAdapterSpec(ExtensionSpec):
@@ -89,9 +104,11 @@ class ConnectorSpec(ExtensionSpec):
 
 
 class OffloaderSpec(ExtensionSpec):
-    """A memory offload strategy: ``ref`` is its class."""
+    """A memory offload strategy: ``ref`` is an :class:`omni_core.offload.Offloader` subclass."""
 
     kind: ClassVar[Kind] = Kind.OFFLOADER
+    #: other strategies or features it cannot be combined with (checked before anything moves)
+    incompatible_with: tuple[str, ...] = ()
 
 
 class CommandSpec(ExtensionSpec):
@@ -189,6 +206,7 @@ class ModelRegistrar(Registrar[ModelSpec]):
         model_types: tuple[str, ...] = (),
         aliases: tuple[str, ...] = (),
         tasks: tuple[str, ...] = (),
+        config_match: dict[str, Any] | None = None,
         priority: int = 0,
     ) -> ModelSpec:
         return self._add(
@@ -198,6 +216,7 @@ class ModelRegistrar(Registrar[ModelSpec]):
             model_types=tuple(model_types),
             aliases=tuple(aliases),
             tasks=tuple(tasks),
+            config_match=dict(config_match or {}),
             priority=priority,
         )
 
@@ -235,8 +254,10 @@ class ConnectorRegistrar(Registrar[ConnectorSpec]):
 class OffloaderRegistrar(Registrar[OffloaderSpec]):
     spec_type = OffloaderSpec
 
-    def register(self, name: str, ref: str, *, priority: int = 0) -> OffloaderSpec:
-        return self._add(name=name, ref=ref, priority=priority)
+    def register(
+        self, name: str, ref: str, *, incompatible_with: tuple[str, ...] = (), priority: int = 0
+    ) -> OffloaderSpec:
+        return self._add(name=name, ref=ref, incompatible_with=tuple(incompatible_with), priority=priority)
 
 
 class CommandRegistrar(Registrar[CommandSpec]):
@@ -300,9 +321,7 @@ class Registry(Generic[SpecT]):
         self.shadowed.extend((entry(o, decision.rule), decision.rule) for o in decision.shadowed)
 
     def _by_alias(self, key: str) -> list[Registered[SpecT]]:
-        return [
-            e for e in self._entries.values() if key in {a.casefold() for a in getattr(e.spec, "aliases", ())}
-        ]
+        return [e for e in self._entries.values() if key in {a.casefold() for a in getattr(e.spec, "aliases", ())}]
 
     def names(self) -> list[str]:
         return sorted(e.name for e in self._entries.values())

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.commands import doctor, explain, install, models, new_plugin, plugins, speak
+from omni_cli.commands import doctor, explain, generate, install, models, new_plugin, plugins, speak
 from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT
 
 app = OmniTyper(
@@ -57,9 +57,12 @@ app.command("install")(install.install)
 app.command("uninstall")(install.uninstall)
 app.command("new-plugin")(new_plugin.new_plugin)
 app.command("speak")(speak.speak)
+app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
 
-BUILTIN_COMMANDS = frozenset({"plugins", "explain", "doctor", "install", "uninstall", "new-plugin", "speak", "models"})
+BUILTIN_COMMANDS = frozenset(
+    {"plugins", "explain", "doctor", "install", "uninstall", "new-plugin", "speak", "generate", "models"}
+)
 
 
 def _plugin_command(name: str, help_text: str) -> Any:

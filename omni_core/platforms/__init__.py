@@ -83,9 +83,7 @@ class Platform(abc.ABC):
     #: ``{"FLASH_ATTN": "ROCM_AITER_FA"}``: asking for FLASH_ATTN there runs AITER
     attention_aliases: ClassVar[dict[str, str]] = {}
 
-    def default_attention_chain(
-        self, head_size: int | None = None, packed_mask_free: bool = False
-    ) -> tuple[str, ...]:
+    def default_attention_chain(self, head_size: int | None = None, packed_mask_free: bool = False) -> tuple[str, ...]:
         """Attention backend names to try, in order, when none is chosen explicitly.
 
         ``packed_mask_free`` is the model's opt-in for kernels that need packed, mask-free

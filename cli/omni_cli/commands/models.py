@@ -1,7 +1,9 @@
 """``omni models ...``: the families installed plugins provide, and tiny checkpoints of them.
 
 A tiny checkpoint is a family's standard on-disk layout with a few random weights: enough to
-check an install, run the tests and measure omni's overhead, not to produce speech.
+check an install, run the tests and measure omni's overhead, not to produce speech or pictures.
+Families are TTS adapters (``config.json`` layout) and image and video model families
+(diffusers layout: ``model_index.json``, a folder per component, safetensors).
 """
 
 from __future__ import annotations
@@ -25,12 +27,29 @@ def _has_maker(cls: Any) -> bool:
     from omni_core.speech.adapter import TTSAdapter
 
     maker = getattr(cls, "make_tiny", None)
-    return maker is not None and getattr(maker, "__func__", None) is not TTSAdapter.make_tiny.__func__
+    if maker is None or getattr(maker, "__func__", None) is TTSAdapter.make_tiny.__func__:
+        return False
+    can = getattr(cls, "can_make_tiny", None)  # a base class's make_tiny may need a subclass's parts
+    return bool(can()) if callable(can) else True
 
 
 def families(plugins: Any) -> list[dict[str, Any]]:
-    """Every TTS adapter with whether it can make a tiny checkpoint (importing each class)."""
+    """Every TTS adapter and model family, with whether it can make a tiny checkpoint
+    (importing each class)."""
     rows = []
+    for entry in plugins.models:
+        row = {
+            "family": entry.name,
+            "kind": "model",
+            "provider": str(entry.provider),
+            "archs": list(entry.spec.architectures),
+            "stage_keys": list(entry.spec.tasks),
+        }
+        try:
+            row["make_tiny"] = _has_maker(entry.load())
+        except Exception as exc:
+            row["make_tiny"], row["error"] = False, f"{type(exc).__name__}: {exc}"
+        rows.append(row)
     for entry in plugins.tts_adapters:
         row: dict[str, Any] = {
             "family": entry.name,
@@ -53,12 +72,21 @@ def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: 
     import shutil
     import tempfile
 
-    from omni_core.errors import OmniError
+    from omni_core.errors import OmniError, UnknownExtensionError
 
-    entry = plugins.tts_adapters.get(family)  # raises, naming the installed adapters
+    if family in plugins.tts_adapters:
+        entry, layout_file = plugins.tts_adapters.get(family), "config.json"
+    elif family in plugins.models:
+        entry, layout_file = plugins.models.get(family), "model_index.json"
+    else:
+        known = ", ".join(r["family"] for r in families(plugins) if r["make_tiny"]) or "none"
+        raise UnknownExtensionError(
+            f"no installed family is called {family!r}; families that make tiny checkpoints: {known}. "
+            "Install the family's plugin (e.g. `pip install omni-plugin-flux`)."
+        )
     cls = entry.load()
     if not _has_maker(cls):
-        raise OmniError(f"TTS adapter {entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)")
+        raise OmniError(f"{entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)")
     directory = directory.expanduser()
     if directory.exists() and any(directory.iterdir()):
         if not force:
@@ -68,8 +96,8 @@ def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: 
     scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
         cls.make_tiny(scratch, seed=seed)
-        if not (scratch / "config.json").is_file():
-            raise OmniError(f"{entry.name}.make_tiny wrote no config.json to {scratch}")
+        if not (scratch / layout_file).is_file():
+            raise OmniError(f"{entry.name}.make_tiny wrote no {layout_file} to {scratch}")
         marker = {"family": entry.name, "seed": seed, "provider": str(entry.provider), "random_weights": True}
         (scratch / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         if directory.exists():
@@ -107,7 +135,7 @@ def list_models(
         emit_json({"families": rows})
         return
     if not rows:
-        typer.echo("no installed family can make a tiny checkpoint (install a TTS plugin, e.g. omni-plugin-vits)")
+        typer.echo("no installed family can make a tiny checkpoint (install a family plugin, e.g. omni-plugin-vits)")
         return
     typer.echo(
         table(
@@ -128,7 +156,7 @@ def list_models(
 
 @app.command("make-tiny")
 def make_tiny_cmd(
-    family: str = typer.Argument(..., help="Family name: a TTS adapter with a tiny-checkpoint maker."),
+    family: str = typer.Argument(..., help="Family name (`omni models list`): a TTS adapter or a model family."),
     directory: Path = typer.Argument(..., help="Directory to write the checkpoint to (new or empty)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random weights."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty directory."),
@@ -142,4 +170,7 @@ def make_tiny_cmd(
     except OmniError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")
-    typer.echo(f'try: omni speak "Hello there" --model {path}')
+    if (path / "model_index.json").is_file():
+        typer.echo(f'try: omni generate "a red fox in snow" --model {path}')
+    else:
+        typer.echo(f'try: omni speak "Hello there" --model {path}')

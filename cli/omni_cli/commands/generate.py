@@ -1,0 +1,179 @@
+"""``omni generate PROMPT``: an image (or a video, for a video model) from a checkpoint.
+
+Without ``--model`` it runs the embedded default: a tiny checkpoint of
+:data:`DEFAULT_IMAGE_FAMILY` that omni makes on first use under the cache directory. Its
+weights are random: it checks the install (loading, attention, the denoising loop, encoding)
+and draws noise, not a fox.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from omni_cli.output import fail
+
+#: the family of the embedded default model, and the seed of its random weights
+DEFAULT_IMAGE_FAMILY = "flux1-schnell"
+DEFAULT_IMAGE_SEED = 0
+#: the embedded default draws at this size unless --width/--height say otherwise
+DEFAULT_IMAGE_SIZE = 256
+
+
+def default_model_dir() -> Path:
+    from omni_core.config import cache_dir
+
+    return cache_dir() / "tiny" / DEFAULT_IMAGE_FAMILY
+
+
+def embedded_default(plugins: Any) -> Path:
+    """The embedded default checkpoint, made now if missing or made by another plugin version."""
+    from omni_cli.commands.models import make_tiny, read_marker
+    from omni_core.errors import OmniError
+
+    if DEFAULT_IMAGE_FAMILY not in plugins.models:
+        raise OmniError(
+            f"the embedded default model needs the {DEFAULT_IMAGE_FAMILY!r} model family, which is "
+            f"{plugins.models.why_missing(DEFAULT_IMAGE_FAMILY)}. Install it with `pip install omni-plugin-flux` "
+            "(from a checkout: `pip install -e omni_plugins/flux`), or pass --model DIR"
+        )
+    entry = plugins.models.get(DEFAULT_IMAGE_FAMILY)
+    directory = default_model_dir()
+    marker = read_marker(directory)
+    if marker is None or marker.get("provider") != str(entry.provider):
+        typer.echo(f"making the embedded default: a tiny {DEFAULT_IMAGE_FAMILY} checkpoint in {directory} ...")
+        make_tiny(plugins, DEFAULT_IMAGE_FAMILY, directory, seed=DEFAULT_IMAGE_SEED, force=True)
+    return directory
+
+
+def generate(
+    prompt: str = typer.Argument(..., help="What to draw."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Checkpoint directory. Default: the embedded tiny model (random weights)."
+    ),
+    model_class_name: str | None = typer.Option(
+        None, "--model-class-name", help="Family or pipeline class to use instead of the checkpoint's own."
+    ),
+    recipe: Path | None = typer.Option(
+        None, "--recipe", help="Recipe YAML (recipes/<family>.yaml); options win over it."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output file or directory. Default: <family>-seed<seed>.<format> here."
+    ),
+    fmt: str | None = typer.Option(None, "--format", help="png for images; mp4 (H.264) or gif for video."),
+    negative_prompt: str | None = typer.Option(None, "--negative-prompt", help="What to steer away from."),
+    width: int | None = typer.Option(None, "--width", help="Width in pixels. Default: the model's."),
+    height: int | None = typer.Option(None, "--height", help="Height in pixels. Default: the model's."),
+    steps: int | None = typer.Option(None, "--steps", help="Denoising steps. Default: the model's."),
+    guidance: float | None = typer.Option(None, "--guidance", help="Guidance scale. Default: the model's."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed; the same seed gives the same pixels."),
+    num_outputs: int = typer.Option(1, "--num-outputs", "-n", help="How many images or videos."),
+    frames: int | None = typer.Option(None, "--frames", help="Video: number of frames. Default: the model's."),
+    fps: int | None = typer.Option(None, "--fps", help="Video: frames per second. Default: the model's."),
+    image: Path | None = typer.Option(None, "--image", help="Image-to-video: the image to animate."),
+    attention_backend: str | None = typer.Option(
+        None, "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Attention backend for every role."
+    ),
+    attention_config: str | None = typer.Option(
+        None, "--attention-config", help='Per-role attention as JSON, e.g. {"per_role": {"cross": {"backend": "X"}}}.'
+    ),
+    offload: list[str] = typer.Option([], "--offload", help="Offload strategy (`omni plugins list` shows them)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Compute dtype, e.g. bfloat16. Default: the family's."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Generate an image (or a video) from PROMPT with the model family that serves the checkpoint."""
+    from omni_cli.commands.models import read_marker
+    from omni_core.api import Omni
+    from omni_core.errors import OmniError
+    from omni_core.generation.recipe import load_recipe
+    from omni_core.generation.request import GenerationRequest
+    from omni_core.generation.resolve import resolve_model
+    from omni_core.plugins import get_plugins
+
+    if image is not None and not image.is_file():
+        raise fail(f"input image {str(image)!r} is not a file")
+    if out is not None and not out.parent.is_dir():
+        raise fail(f"cannot write {out}: directory {str(out.parent)!r} does not exist")
+    fields: dict[str, Any] = {
+        "negative_prompt": negative_prompt,
+        "width": width,
+        "height": height,
+        "num_inference_steps": steps,
+        "guidance_scale": guidance,
+        "seed": seed,
+        "num_frames": frames,
+        "fps": fps,
+        "image": str(image) if image is not None else None,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if num_outputs != 1:
+        fields["num_outputs"] = num_outputs
+    try:
+        loaded_recipe = load_recipe(recipe) if recipe is not None else None
+        request = GenerationRequest.parse(
+            {**(loaded_recipe.generation if loaded_recipe else {}), "prompt": prompt, **fields}
+        )
+        plugins = get_plugins()
+        default = model is None
+        model_dir = embedded_default(plugins) if default else model
+        assert model_dir is not None
+        if default:
+            size = {"width": DEFAULT_IMAGE_SIZE, "height": DEFAULT_IMAGE_SIZE}
+            request = GenerationRequest.parse({**size, **request.model_dump(exclude_unset=True)})
+        elif not model_dir.is_dir():
+            raise OmniError(f"model directory {str(model_dir)!r} does not exist")
+        # every rule that needs only the family's profile, checked before any weight is loaded
+        resolution = resolve_model(
+            plugins,
+            model_dir,
+            model_class_name=model_class_name,
+            recipe_pin=loaded_recipe.model_class_name if loaded_recipe else None,
+        )
+        resolution.entry.load().profile.resolve(request)
+        options: dict[str, Any] = {"plugins": plugins, "progress": progress, "dtype": dtype}
+        if model_class_name:
+            options["model_class_name"] = model_class_name
+        if loaded_recipe is not None:
+            options["recipe"] = loaded_recipe
+        if attention_backend or attention_config:
+            options["attention"] = attention_config
+            options["attention_backend"] = attention_backend
+        if offload:
+            options["offload"] = tuple(offload)
+        if default:
+            typer.echo(
+                f"note: no --model given, so this is the embedded default: a tiny {DEFAULT_IMAGE_FAMILY} model "
+                "with RANDOM WEIGHTS, for checking the install (it draws noise, not the prompt). "
+                "Pass --model DIR to generate with a real checkpoint."
+            )
+        elif (read_marker(model_dir) or {}).get("random_weights"):
+            typer.echo(
+                "note: this checkpoint was made by `omni models make-tiny`: RANDOM WEIGHTS (noise, not pictures)."
+            )
+        start = time.perf_counter()
+        with Omni(model_dir, **options) as omni:
+            loaded = time.perf_counter()
+            result = omni.generate(request)
+            written = result.save(out if out is not None else Path.cwd(), fmt)
+    except (OmniError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    meta = result.metadata
+    req = meta.request
+    shape = f"{req.width}x{req.height}" + (f", {req.num_frames} frames at {req.fps} fps" if req.is_video else "")
+    rows = [
+        ("family", f"{meta.family}  ({meta.provider})"),
+        ("model", meta.model + ("  (random weights)" if meta.random_weights else "")),
+        ("seed", str(req.seed)),
+        ("steps", f"{req.num_inference_steps}, guidance {req.guidance_scale}"),
+        ("size", shape),
+        ("attention", ", ".join(f"{role}: {backend}" for role, backend in sorted(meta.attention.items()))),
+        ("offload", meta.offload or "none"),
+        ("time", f"load {loaded - start:.2f} s, generate {meta.seconds:.2f} s on {meta.device} ({meta.dtype})"),
+        *(("wrote", str(p)) for p in written),
+    ]
+    width_ = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        typer.echo(f"{key:<{width_}}  {value}")

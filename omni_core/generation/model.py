@@ -1,0 +1,78 @@
+"""The contract of an image or video model family: what a ``ModelSpec.ref`` points at.
+
+A family plugin registers a model (``omni_register_models``) whose ``ref`` is a class
+following :class:`GenerationModel`. omni resolves a checkpoint to a family
+(:mod:`omni_core.generation.resolve`), then calls ``open`` and drives the returned
+:class:`GenerationEngine`. How the family runs (diffusers pipelines, a custom DiT, a remote
+stage) is its own business; the shared diffusers runtime, ``omni-plugin-diffusion``, is one
+implementation that most families build on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from omni_core.attention.config import AttentionConfig
+
+if TYPE_CHECKING:
+    from omni_core.generation.outputs import GenerationResult
+    from omni_core.generation.request import GenerationProfile, GenerationRequest
+    from omni_core.selection import Explanation
+
+
+class EngineOptions(BaseModel):
+    """How to run a model, independent of what is generated. Validated before loading."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    #: the registered family name the checkpoint resolved to, and who provides it
+    family: str
+    provider: str = ""
+    #: attention backend per role (``--attention-backend`` is ``default.backend``)
+    attention: AttentionConfig = Field(default_factory=AttentionConfig)
+    #: offload strategies asked for; more than one is refused unless they declare compatibility
+    offload: tuple[str, ...] = ()
+    #: compute dtype name; None lets the family choose (float32 on CPU)
+    dtype: str | None = None
+    #: show progress bars (loading, denoising steps)
+    progress: bool = True
+    #: the loaded plugins and platform (None: the process's own)
+    plugins: Any = None
+    platform: Any = None
+    #: how the family was chosen, kept for ``explain``
+    resolution: Any = None
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """A loaded model, ready to generate."""
+
+    family: str
+    model_dir: Path
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Validate ``request`` against the profile (before any compute), run, return outputs."""
+
+    def explain(self) -> dict[str, Explanation]:
+        """How the family, each attention role's backend and the offloader were chosen."""
+
+    def close(self) -> None:
+        """Release the model (and any hooks an offloader installed)."""
+
+
+@runtime_checkable
+class GenerationModel(Protocol):
+    """A model family class (the registered ``ref``). Class-level: never instantiated by omni."""
+
+    profile: ClassVar[GenerationProfile]
+
+    @classmethod
+    def open(cls, model_dir: Path, options: EngineOptions) -> GenerationEngine:
+        """Load the checkpoint in ``model_dir`` (local files only) and return its engine."""
+
+    @classmethod
+    def make_tiny(cls, directory: Path, seed: int = 0) -> None:
+        """Write a tiny random-weight checkpoint in the family's standard on-disk layout."""

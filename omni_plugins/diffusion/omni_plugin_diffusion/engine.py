@@ -1,0 +1,202 @@
+"""The diffusion runtime: one loaded diffusers pipeline, served the omni way.
+
+Opening a model does, in this order, and fails at the first problem:
+
+1. choose the attention backend for every role the family declares (an explicit choice
+   that cannot run is an error here, before any weight is read);
+2. choose the offload strategy, checking every declared incompatibility;
+3. load the pipeline with ``from_pretrained`` from the local directory (no network);
+4. place it on the platform's device, route the transformers' attention through the chosen
+   backends, enable the offloader.
+
+``generate`` validates the request against the family's profile before any compute, seeds a
+generator, runs the pipeline with a progress bar over the denoising steps, and returns typed
+numpy outputs with the metadata of what ran.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_core.attention.selector import AttentionChoice, CallProfile, explain_attention
+from omni_core.errors import OmniError
+from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, GenerationMetadata, GenerationResult
+from omni_core.generation.request import GenerationRequest
+from omni_core.offload import OffloadPlan, choose_offloader
+from omni_core.selection import Explanation
+from omni_plugin_diffusion.attention import AttentionRouter
+
+if TYPE_CHECKING:
+    from omni_core.generation.model import EngineOptions
+    from omni_core.offload import Offloader
+    from omni_plugin_diffusion.family import DiffusersFamily
+
+#: written by ``omni models make-tiny`` next to a tiny checkpoint
+TINY_MARKER = "omni-tiny.json"
+
+
+class ModelLoadError(OmniError):
+    """The checkpoint could not be loaded: the message names the component and the cause."""
+
+
+class DiffusionEngine:
+    """A diffusers pipeline for one family, ready to generate."""
+
+    def __init__(self, family_cls: type[DiffusersFamily], model_dir: Path, options: EngineOptions) -> None:
+        from omni_core.platforms import current_platform
+        from omni_core.plugins import get_plugins
+
+        self.family_cls = family_cls
+        self.family = options.family
+        self.model_dir = model_dir
+        self.options = options
+        self.plugins = options.plugins or get_plugins()
+        self.platform = options.platform or current_platform()
+        self.profile = family_cls.profile
+        self.dtype = options.dtype or family_cls.default_dtypes.get(
+            self.platform.device_type, family_cls.fallback_dtype
+        )
+        if self.dtype not in self.platform.supported_dtypes():
+            raise OmniError(
+                f"dtype {self.dtype} is not supported on {self.platform.name} "
+                f"(supported: {', '.join(self.platform.supported_dtypes())}); choose one with --dtype"
+            )
+        self.explanations: dict[str, Explanation] = {}
+        if options.resolution is not None:
+            self.explanations["model"] = options.resolution.explanation
+        self.choices = self._choose_attention()
+        offload_choice, offload_explanation = choose_offloader(self.plugins, options.offload, self._features())
+        self.explanations["offload"] = offload_explanation
+        self.pipeline = self._load()
+        self.device = self.platform.device(0)
+        self.router = AttentionRouter(self.choices, family_cls.role_for)
+        for name in family_cls.dit_modules:
+            module = getattr(self.pipeline, name, None)
+            if module is not None:
+                self.router.attach(name, module)
+        self.offloader: Offloader | None = None
+        if offload_choice is None:
+            self.pipeline.to(self.device)
+        else:
+            self.offloader = offload_choice.offloader_class(
+                self.offload_plan(), self.device, dict(offload_choice.options)
+            )
+            self.offloader.check()
+            self.offloader.enable()
+        self.pipeline.set_progress_bar_config(disable=not options.progress, desc=f"{self.family} denoising")
+        self.random_weights = (model_dir / TINY_MARKER).is_file()
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def _features(self) -> set[str]:
+        features = {f"family:{self.family}", f"platform:{self.platform.name}", *self.family_cls.features}
+        features |= {f"attention:{c.backend}" for c in self.choices.values()}
+        return features
+
+    def _head_size(self) -> int | None:
+        try:
+            config = json.loads((self.model_dir / "transformer" / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        value = config.get("attention_head_dim")
+        return value if isinstance(value, int) else None
+
+    def _choose_attention(self) -> dict[str, AttentionChoice]:
+        call = CallProfile(head_size=self._head_size(), dtype=self.dtype, mask=self.family_cls.attention_masks)
+        choices: dict[str, AttentionChoice] = {}
+        for role, category in self.family_cls.declared_roles():
+            choice, explanation = explain_attention(
+                self.plugins, self.platform, self.options.attention, role=role, category=category, call=call
+            )
+            self.explanations[f"attention:{role}"] = explanation
+            if choice is None:
+                raise OmniError(f"no attention backend can run role {role!r} of {self.family}:\n{explanation.render()}")
+            choices[role] = choice
+        if "self" not in choices:  # calls outside any declared site default to "self"
+            first = next(iter(choices.values()))
+            choices["self"] = first
+        return choices
+
+    def _load(self) -> Any:
+        import torch
+
+        cls = self.family_cls.pipeline_type()
+        try:
+            return cls.from_pretrained(str(self.model_dir), dtype=getattr(torch, self.dtype), local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise ModelLoadError(
+                f"could not load {self.model_dir} as {self.family_cls.pipeline_class} ({self.family}): "
+                f"{type(exc).__name__}: {exc}. Check that the directory is a complete diffusers checkpoint "
+                "(model_index.json and one folder per component)."
+            ) from exc
+
+    def offload_plan(self) -> OffloadPlan:
+        components = {name: c for name, c in self.pipeline.components.items() if hasattr(c, "parameters")}
+        fam = self.family_cls
+        present = lambda names: tuple(n for n in names if n in components)  # noqa: E731
+        return OffloadPlan(
+            components=components,
+            dit_modules=present(fam.dit_modules),
+            encoder_modules=present(fam.encoder_modules),
+            resident_modules=present(fam.resident_modules),
+            block_attrs=tuple(b for b in fam.block_attrs if b.split(".")[0] in components),
+        )
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        import torch
+
+        resolved = self.profile.resolve(request)
+        self.family_cls.check_request(resolved, self.pipeline)
+        kwargs = self.family_cls.call_kwargs(resolved, self.pipeline)
+        # a CPU generator makes the initial noise identical on every device for a given seed
+        kwargs["generator"] = torch.Generator(device="cpu").manual_seed(resolved.seed)
+        kwargs["output_type"] = "np"
+        self.router.calls.clear()
+        started = time.perf_counter()
+        with torch.inference_mode():
+            output = self.pipeline(**kwargs)
+        seconds = time.perf_counter() - started
+        metadata = GenerationMetadata(
+            model=str(self.model_dir),
+            family=self.family,
+            provider=self.options.provider,
+            request=resolved,
+            attention=self.router.ran() or self.router.backends(),
+            offload=self.offloader.name if self.offloader else None,
+            device=str(self.device),
+            dtype=self.dtype,
+            random_weights=self.random_weights,
+            seconds=seconds,
+        )
+        if resolved.is_video:
+            videos = [GeneratedVideo(_to_uint8(v), fps=resolved.fps or 1, index=i) for i, v in enumerate(output.frames)]
+            return GenerationResult(images=[], videos=videos, metadata=metadata)
+        images = [GeneratedImage(_to_uint8(img), index=i) for i, img in enumerate(output.images)]
+        return GenerationResult(images=images, videos=[], metadata=metadata)
+
+    def explain(self) -> dict[str, Explanation]:
+        return dict(self.explanations)
+
+    def close(self) -> None:
+        if self.offloader is not None and self.offloader.is_enabled():
+            self.offloader.disable()
+        self.router.detach()
+        self.pipeline = None
+
+    def __repr__(self) -> str:
+        return f"DiffusionEngine({self.family!r}, {str(self.model_dir)!r}, {self.dtype} on {self.platform.name})"
+
+
+def _to_uint8(array: Any) -> Any:
+    """Pipeline ``np`` output (floats in [0, 1]) to uint8 pixels."""
+    import numpy as np
+
+    arr = np.asarray(array)
+    if arr.dtype != np.uint8:
+        arr = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+    return np.ascontiguousarray(arr)

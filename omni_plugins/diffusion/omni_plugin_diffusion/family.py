@@ -1,0 +1,154 @@
+"""``DiffusersFamily``: what a family plugin subclasses to serve a diffusers pipeline.
+
+A family is declarations, not code paths: the pipeline class, the generation profile
+(defaults and limits), which attention call sites are which role, which components are
+denoisers, encoders and block lists (for offload), and how to build a tiny checkpoint. The
+shared runtime (:mod:`omni_plugin_diffusion.engine`) does the loading, attention routing,
+offload, progress bars and output conversion the same way for every family::
+
+    class Sana(DiffusersFamily):
+        pipeline_class = "SanaPipeline"
+        profile = GenerationProfile(task="text-to-image", default_width=1024, default_height=1024,
+                                    size_multiple=32, default_steps=20, default_guidance=4.5)
+        encoder_modules = ("text_encoder",)
+        block_attrs = ("transformer.transformer_blocks",)
+
+        @classmethod
+        def tiny_components(cls, seed):
+            return {"transformer": ..., "vae": ..., "text_encoder": ..., "tokenizer": ..., "scheduler": ...}
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from omni_core.generation.model import EngineOptions
+    from omni_core.generation.request import GenerationProfile, ResolvedGeneration
+    from omni_plugin_diffusion.engine import DiffusionEngine
+
+#: (module-path glob, role, category); matched against "<component>.<module path>", first wins
+AttentionRoles = tuple[tuple[str, str, str], ...]
+
+
+class DiffusersFamily:
+    """Base of every diffusers-backed family. Class-level only: omni never instantiates it."""
+
+    #: the diffusers pipeline class (a name in the ``diffusers`` namespace)
+    pipeline_class: ClassVar[str]
+    profile: ClassVar[GenerationProfile]
+    #: attention call sites by module path; the first matching glob names the role
+    attention_roles: ClassVar[AttentionRoles] = (
+        ("*.attn2", "cross", "cross"),
+        ("*", "self", "self"),
+    )
+    #: whether the transformer passes attention masks (backends that cannot take one are passed over)
+    attention_masks: ClassVar[bool] = False
+    #: offload declarations (see :class:`omni_core.offload.OffloadPlan`)
+    dit_modules: ClassVar[tuple[str, ...]] = ("transformer",)
+    encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
+    resident_modules: ClassVar[tuple[str, ...]] = ("vae",)
+    block_attrs: ClassVar[tuple[str, ...]] = ("transformer.transformer_blocks",)
+    #: feature tags other extensions may declare themselves incompatible with
+    features: ClassVar[tuple[str, ...]] = ()
+    #: compute dtype per device type when the user does not choose one
+    default_dtypes: ClassVar[dict[str, str]] = {"cpu": "float32"}
+    fallback_dtype: ClassVar[str] = "bfloat16"
+
+    # -- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def tiny_components(cls, seed: int) -> dict[str, Any]:
+        """The pipeline's components with tiny random weights (see :mod:`omni_plugin_diffusion.tiny`)."""
+        raise NotImplementedError(f"{cls.__name__} cannot make a tiny checkpoint")
+
+    @classmethod
+    def can_make_tiny(cls) -> bool:
+        """Whether this family defines ``tiny_components`` (``omni models list`` asks)."""
+        return cls.tiny_components.__func__ is not DiffusersFamily.tiny_components.__func__  # type: ignore[attr-defined]
+
+    @classmethod
+    def pipeline_type(cls) -> Any:
+        import diffusers
+
+        return getattr(diffusers, cls.pipeline_class)
+
+    @classmethod
+    def make_tiny(cls, directory: Path, seed: int = 0) -> None:
+        """Save a tiny random-weight checkpoint in the standard diffusers layout
+        (``model_index.json``, one folder per component, safetensors weights)."""
+        pipeline = cls.pipeline_type()(**cls.tiny_components(seed))
+        pipeline.save_pretrained(str(directory), safe_serialization=True)
+
+    # -- running -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, model_dir: Path, options: EngineOptions) -> DiffusionEngine:
+        from omni_plugin_diffusion.engine import DiffusionEngine
+
+        return DiffusionEngine(cls, Path(model_dir), options)
+
+    @classmethod
+    def role_for(cls, module_path: str) -> tuple[str, str]:
+        """(role, category) of the attention call site at ``module_path``."""
+        for pattern, role, category in cls.attention_roles:
+            if fnmatch.fnmatchcase(module_path, pattern):
+                return role, category
+        return "self", "self"
+
+    @classmethod
+    def declared_roles(cls) -> list[tuple[str, str]]:
+        return list(dict.fromkeys((role, category) for _, role, category in cls.attention_roles))
+
+    @classmethod
+    def check_request(cls, request: ResolvedGeneration, pipeline: Any) -> None:
+        """Family-specific checks beyond the profile (before compute); raise GenerationOptionError."""
+
+    @classmethod
+    def call_kwargs(cls, request: ResolvedGeneration, pipeline: Any) -> dict[str, Any]:
+        """The pipeline call for ``request`` (the generator and output type are added by the
+        runtime). Override to rename or add arguments; call ``super()`` for the common ones."""
+        kwargs: dict[str, Any] = {
+            "prompt": request.prompt,
+            "height": request.height,
+            "width": request.width,
+            "num_inference_steps": request.num_inference_steps,
+            "guidance_scale": request.guidance_scale,
+        }
+        if request.negative_prompt is not None:
+            kwargs["negative_prompt"] = request.negative_prompt
+        if request.is_video:
+            kwargs["num_frames"] = request.num_frames
+            kwargs["num_videos_per_prompt"] = request.num_outputs
+        else:
+            kwargs["num_images_per_prompt"] = request.num_outputs
+        if request.image is not None:
+            kwargs["image"] = load_image(request.image, request.width, request.height)
+        kwargs.update(request.extra)
+        return kwargs
+
+
+def load_image(image: Any, width: int, height: int) -> Any:
+    """A PIL image from a path, a PIL image or an HxWx3 uint8 array, resized to the output size."""
+    from PIL import Image
+
+    from omni_core.generation.request import GenerationOptionError
+
+    if isinstance(image, (str, Path)):
+        try:
+            img = Image.open(Path(image).expanduser())
+            img.load()
+        except OSError as exc:
+            raise GenerationOptionError(f"cannot read the input image {str(image)!r}: {exc}") from None
+    elif isinstance(image, Image.Image):
+        img = image
+    else:
+        try:
+            img = Image.fromarray(image)
+        except Exception:
+            raise GenerationOptionError(
+                f"the input image must be a path, a PIL image or an HxWx3 uint8 array, not {type(image).__name__}"
+            ) from None
+    return img.convert("RGB").resize((width, height))
