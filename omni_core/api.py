@@ -73,7 +73,7 @@ class Omni:
       checkpoint's own), ``recipe`` (a path or :class:`~omni_core.generation.recipe.Recipe`),
       ``attention`` (an :class:`~omni_core.attention.config.AttentionConfig`, dict or JSON),
       ``attention_backend`` (shorthand for its default; ``OMNI_ATTENTION_BACKEND`` when
-      unset), ``offload`` (a strategy name), ``dtype``, ``progress``, ``plugins``, ``platform``.
+      unset), ``offload`` (a strategy name) and ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``.
     """
 
     def __init__(self, model: str | Path, *, adapter: str | None = None, **kwargs: Any) -> None:
@@ -318,6 +318,7 @@ def _open_family(
         provider=str(resolution.entry.provider),
         attention=attention,
         offload=offload,
+        offload_options=dict(kwargs.get("offload_options") or (recipe.offload_options if recipe is not None else {})),
         dtype=kwargs.get("dtype") or (recipe.dtype if recipe is not None else None),
         progress=kwargs.get("progress", True),
         plugins=plugins,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: what omni sees and chooses on this machine, then
-# speech from a tiny random-weight model omni creates locally (it checks the install; it is
-# not a voice).
+# an image and speech from tiny random-weight models omni creates locally (they check the
+# install; they draw noise and make sound, not pictures or a voice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OMNI=${VENV:-.venv}/bin/omni
@@ -13,5 +13,6 @@ set -x
 "$OMNI" explain platform
 "$OMNI" explain attention
 "$OMNI" doctor
+"$OMNI" generate "a red fox in snow" --seed 0 --out "$OUT/fox.png"
 "$OMNI" speak "Hello from omni. This is the embedded default." --seed 0 --out "$OUT/hello.wav"
 "$OMNI" speak "Streaming, one sentence at a time. Here is the second." --seed 0 --stream --out "$OUT/stream.wav"

@@ -52,7 +52,11 @@ def cli(home: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     env.update(OMNI_CONFIG_DIR=str(home / "config"), OMNI_CACHE_DIR=str(home / "cache"))
     return subprocess.run(
         [sys.executable, "-c", "from omni_cli.main import main; main()", *map(str, args)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
 
 
@@ -130,7 +134,7 @@ def test_renders_a_complete_package(rendered_here: dict[str, Path], kind: str) -
         assert not PLACEHOLDER.search(text), f"unrendered placeholder in {rel}"
         if rel.endswith(".py"):
             ast.parse(text, filename=rel)
-    assert "pytest_plugins = [\"omni_core.testing\"]" in (root / "tests/conftest.py").read_text()
+    assert 'pytest_plugins = ["omni_core.testing"]' in (root / "tests/conftest.py").read_text()
     conformance = (root / "tests/test_conformance.py").read_text()
     assert "(PluginConformance):" in conformance
     assert f'plugin_name = "{plugin_name(kind)}"' in conformance
@@ -154,9 +158,7 @@ def test_pyproject_declares_the_plugin_without_torch(rendered_here: dict[str, Pa
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_hooks_register_exactly_what_the_manifest_declares(
-    rendered_here: dict[str, Path], kind: str
-) -> None:
+def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[str, Path], kind: str) -> None:
     """Checked in-process here for quick feedback; the slow tests check it through a real install."""
     root = rendered_here[kind]
     values = placeholders(kind, plugin_name(kind))
@@ -212,11 +214,28 @@ def test_rendered_code_passes_the_repository_lint_rules(rendered_here: dict[str,
     for kind, root in rendered_here.items():
         result = subprocess.run(
             [
-                sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--output-format", "concise",
-                "--select", ",".join(rules["lint"]["select"]), "--ignore", ",".join(rules["lint"]["ignore"]),
-                "--line-length", str(rules["line-length"]), "--target-version", rules["target-version"], ".",
+                sys.executable,
+                "-m",
+                "ruff",
+                "check",
+                "--isolated",
+                "--no-cache",
+                "--output-format",
+                "concise",
+                "--select",
+                ",".join(rules["lint"]["select"]),
+                "--ignore",
+                ",".join(rules["lint"]["ignore"]),
+                "--line-length",
+                str(rules["line-length"]),
+                "--target-version",
+                rules["target-version"],
+                ".",
             ],
-            cwd=root, capture_output=True, text=True, check=False,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode == 0, f"{kind}:\n{result.stdout}{result.stderr}"
 

@@ -35,6 +35,8 @@ class EngineOptions(BaseModel):
     attention: AttentionConfig = Field(default_factory=AttentionConfig)
     #: offload strategies asked for; more than one is refused unless they declare compatibility
     offload: tuple[str, ...] = ()
+    #: options for the offload strategy, e.g. ``{"window": 2}`` for layer-wise offload
+    offload_options: dict[str, Any] = Field(default_factory=dict)
     #: compute dtype name; None lets the family choose (float32 on CPU)
     dtype: str | None = None
     #: show progress bars (loading, denoising steps)

@@ -39,6 +39,7 @@ class Recipe(BaseModel):
     model_class_name: str | None = None
     attention: AttentionConfig = Field(default_factory=AttentionConfig)
     offload: tuple[str, ...] = ()
+    offload_options: dict[str, Any] = Field(default_factory=dict)
     dtype: str | None = None
     #: default generation settings (any GenerationRequest field but the prompt)
     generation: dict[str, Any] = Field(default_factory=dict)

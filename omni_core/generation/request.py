@@ -138,7 +138,7 @@ class GenerationProfile(BaseModel):
         guidance = self.default_guidance
         if request.guidance_scale is not None:
             if not self.uses_guidance:
-                problems.append("guidance_scale is not used by this model (it is guidance-distilled); leave it unset")
+                problems.append("guidance_scale is not used by this model (it runs without guidance); leave it unset")
             elif request.guidance_scale < 0:
                 problems.append(f"guidance_scale {request.guidance_scale} is negative; use 0 or more")
             guidance = request.guidance_scale

@@ -43,14 +43,17 @@ class Checkpoint:
     _configs: dict[str, Any] = field(default_factory=dict)
 
     def config(self, component: str) -> dict[str, Any] | None:
-        """``model_index`` (model_index.json), ``config`` (config.json) or a subfolder's config."""
+        """``model_index`` (model_index.json), ``config`` (config.json) or a subfolder's
+        ``config.json`` (``scheduler``: its ``scheduler_config.json``)."""
         if component not in self._configs:
             if component == "model_index":
                 path = self.directory / "model_index.json"
             elif component == "config":
                 path = self.directory / "config.json"
-            else:
+            else:  # a model's config.json, or a scheduler's scheduler_config.json
                 path = self.directory / component / "config.json"
+                if not path.is_file():
+                    path = self.directory / component / f"{component}_config.json"
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):

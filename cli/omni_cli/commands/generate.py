@@ -74,6 +74,9 @@ def generate(
     frames: int | None = typer.Option(None, "--frames", help="Video: number of frames. Default: the model's."),
     fps: int | None = typer.Option(None, "--fps", help="Video: frames per second. Default: the model's."),
     image: Path | None = typer.Option(None, "--image", help="Image-to-video: the image to animate."),
+    extra: list[str] = typer.Option(
+        [], "--extra", help="A model-specific option as KEY=VALUE (VALUE is JSON, else text); repeatable."
+    ),
     attention_backend: str | None = typer.Option(
         None, "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Attention backend for every role."
     ),
@@ -109,6 +112,8 @@ def generate(
         "image": str(image) if image is not None else None,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
+    if extra:
+        fields["extra"] = _parse_extra(extra)
     if num_outputs != 1:
         fields["num_outputs"] = num_outputs
     try:
@@ -177,3 +182,18 @@ def generate(
     width_ = max(len(k) for k, _ in rows)
     for key, value in rows:
         typer.echo(f"{key:<{width_}}  {value}")
+
+
+def _parse_extra(items: list[str]) -> dict[str, Any]:
+    import json
+
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"--extra takes KEY=VALUE, got {item!r}")
+        try:
+            parsed[key.strip()] = json.loads(value)
+        except ValueError:
+            parsed[key.strip()] = value
+    return parsed

@@ -96,18 +96,18 @@ class DiffusionEngine:
         features |= {f"attention:{c.backend}" for c in self.choices.values()}
         return features
 
-    def _head_size(self) -> int | None:
+    def _head_size(self, role: str) -> int | None:
+        """The role's head size from the transformer's config (read as JSON: nothing is loaded)."""
         try:
             config = json.loads((self.model_dir / "transformer" / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        value = config.get("attention_head_dim")
-        return value if isinstance(value, int) else None
+        return self.family_cls.head_size(config, role)
 
     def _choose_attention(self) -> dict[str, AttentionChoice]:
-        call = CallProfile(head_size=self._head_size(), dtype=self.dtype, mask=self.family_cls.attention_masks)
         choices: dict[str, AttentionChoice] = {}
         for role, category in self.family_cls.declared_roles():
+            call = CallProfile(head_size=self._head_size(role), dtype=self.dtype, mask=self.family_cls.attention_masks)
             choice, explanation = explain_attention(
                 self.plugins, self.platform, self.options.attention, role=role, category=category, call=call
             )
@@ -134,15 +134,15 @@ class DiffusionEngine:
             ) from exc
 
     def offload_plan(self) -> OffloadPlan:
-        components = {name: c for name, c in self.pipeline.components.items() if hasattr(c, "parameters")}
+        """The family's declarations over the loaded components; the offloader validates them
+        (a misspelled name is an error there, not silently dropped here)."""
         fam = self.family_cls
-        present = lambda names: tuple(n for n in names if n in components)  # noqa: E731
         return OffloadPlan(
-            components=components,
-            dit_modules=present(fam.dit_modules),
-            encoder_modules=present(fam.encoder_modules),
-            resident_modules=present(fam.resident_modules),
-            block_attrs=tuple(b for b in fam.block_attrs if b.split(".")[0] in components),
+            components=dict(self.pipeline.components),
+            dit_modules=fam.dit_modules,
+            encoder_modules=fam.encoder_modules,
+            resident_modules=fam.resident_modules,
+            block_attrs=fam.block_attrs,
         )
 
     # -- generation --------------------------------------------------------------------------

@@ -44,6 +44,8 @@ class DiffusersFamily:
         ("*.attn2", "cross", "cross"),
         ("*", "self", "self"),
     )
+    #: role -> the transformer config key holding its head size (default ``attention_head_dim``)
+    head_size_keys: ClassVar[dict[str, str]] = {}
     #: whether the transformer passes attention masks (backends that cannot take one are passed over)
     attention_masks: ClassVar[bool] = False
     #: offload declarations (see :class:`omni_core.offload.OffloadPlan`)
@@ -89,6 +91,13 @@ class DiffusersFamily:
         from omni_plugin_diffusion.engine import DiffusionEngine
 
         return DiffusionEngine(cls, Path(model_dir), options)
+
+    @classmethod
+    def head_size(cls, transformer_config: dict[str, Any], role: str) -> int | None:
+        """The head size of ``role``'s attention, from the transformer's config (used to pick a
+        backend before loading). Override where the config has no head-size key."""
+        value = transformer_config.get(cls.head_size_keys.get(role, "attention_head_dim"))
+        return value if isinstance(value, int) else None
 
     @classmethod
     def role_for(cls, module_path: str) -> tuple[str, str]:

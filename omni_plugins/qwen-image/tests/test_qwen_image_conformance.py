@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestQwenImagePluginConformance(PluginConformance):
+    plugin_name = "qwen_image"

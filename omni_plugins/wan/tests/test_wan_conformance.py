@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestWanPluginConformance(PluginConformance):
+    plugin_name = "wan"
