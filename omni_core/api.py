@@ -55,6 +55,7 @@ _GENERATION_OPTIONS = frozenset(
         "attention",
         "attention_backend",
         "offload",
+        "offload_options",
         "dtype",
         "progress",
     }
@@ -291,40 +292,8 @@ def _open_family(
     resolution: Any, model_dir: Path, plugins: PluginSet, recipe: Any, kwargs: dict[str, Any]
 ) -> GenerationEngine:
     """Build the engine options (explicit options > recipe > environment) and open the family."""
-    import os
-
-    from omni_core.attention.config import AttentionConfig
     from omni_core.generation.model import EngineOptions
 
-    backend = kwargs.get("attention_backend")
-    given = kwargs.get("attention")
-    if given is None and backend is None and recipe is not None:
-        attention = recipe.attention
-    else:
-        attention = AttentionConfig.parse(given, backend=backend)
-    if (
-        given is None
-        and backend is None
-        and attention == AttentionConfig()
-        and os.environ.get("OMNI_ATTENTION_BACKEND")
-    ):
-        attention = AttentionConfig.parse(None, backend=os.environ["OMNI_ATTENTION_BACKEND"])
-    offload = kwargs.get("offload")
-    if offload is None:
-        offload = recipe.offload if recipe is not None else ()
-    offload = (offload,) if isinstance(offload, str) else tuple(offload)
-    options = EngineOptions(
-        family=resolution.entry.name,
-        provider=str(resolution.entry.provider),
-        attention=attention,
-        offload=offload,
-        offload_options=dict(kwargs.get("offload_options") or (recipe.offload_options if recipe is not None else {})),
-        dtype=kwargs.get("dtype") or (recipe.dtype if recipe is not None else None),
-        progress=kwargs.get("progress", True),
-        plugins=plugins,
-        platform=kwargs.get("platform"),
-        resolution=resolution,
-    )
-    family = resolution.entry.load()
-    engine: GenerationEngine = family.open(model_dir, options)
+    options = EngineOptions.build(resolution, plugins, recipe, kwargs)
+    engine: GenerationEngine = resolution.entry.load().open(model_dir, options)
     return engine

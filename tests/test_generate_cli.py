@@ -135,3 +135,22 @@ def test_models_list_shows_image_families(home: Path) -> None:
     proc = check(omni(home, "models", "list"))
     for family in ("flux1-dev", "flux1-schnell", "vits"):
         assert family in proc.stdout
+
+
+@needs_flux
+def test_explain_model_shows_every_choice_before_loading(home: Path, tiny_dev: Path) -> None:
+    import json
+
+    proc = check(
+        omni(home, "explain", "model", "--model", str(tiny_dev), "--attention-backend", "CHUNKED_ATTN", "--json")
+    )
+    data = json.loads(proc.stdout)
+    assert data["family"] == "flux1-dev" and data["profile"]["default_steps"] == 28
+    selections = data["selections"]
+    assert selections["model"]["winner"] == "flux1-dev"
+    assert {selections[f"attention:flux.{r}"]["winner"] for r in ("joint", "single")} == {"CHUNKED_ATTN"}
+    assert selections["offload"]["winner"] is None
+    text = check(omni(home, "explain", "model", "--model", str(tiny_dev), "--offload", "layerwise")).stdout
+    assert "transformer.guidance_embeds matches" in text and "layerwise" in text and "28 steps" in text
+    bad = omni(home, "explain", "model", "--model", str(tiny_dev), "--attention-backend", "FLASH_ATTN")
+    assert bad.returncode == 1 and "FLASH_ATTN was chosen explicitly" in bad.stderr

@@ -134,7 +134,7 @@ def test_models_list_and_make_tiny_use_the_adapters_makers(install, tmp_path):
     no_maker = check(venv.omni("models", "make-tiny", "fixture-tts-c", str(tmp_path / "c")), 1)
     assert "'fixture-tts-c'" in no_maker.stderr and "has no tiny-checkpoint maker" in no_maker.stderr
     unknown = check(venv.omni("models", "make-tiny", "nope", str(tmp_path / "n")), 1)
-    assert "unknown tts adapter 'nope'; available: fixture-tts-a, fixture-tts-c" in unknown.stderr
+    assert "no installed family is called 'nope'; families that make tiny checkpoints: fixture-tts-a." in unknown.stderr
     assert not (tmp_path / "c").exists() and not (tmp_path / "n").exists()
 
 

@@ -47,6 +47,37 @@ class EngineOptions(BaseModel):
     #: how the family was chosen, kept for ``explain``
     resolution: Any = None
 
+    @classmethod
+    def build(cls, resolution: Any, plugins: Any, recipe: Any, given: dict[str, Any]) -> EngineOptions:
+        """Options for a resolved family from what the caller gave (``Omni(...)`` keywords),
+        then the recipe, then the environment (``OMNI_ATTENTION_BACKEND``)."""
+        import os
+
+        backend, attention_given = given.get("attention_backend"), given.get("attention")
+        if attention_given is None and backend is None and recipe is not None:
+            attention = recipe.attention
+        else:
+            attention = AttentionConfig.parse(attention_given, backend=backend)
+        from_env = os.environ.get("OMNI_ATTENTION_BACKEND")
+        if attention_given is None and backend is None and attention == AttentionConfig() and from_env:
+            attention = AttentionConfig.parse(None, backend=from_env)
+        offload = given.get("offload")
+        if offload is None:
+            offload = recipe.offload if recipe is not None else ()
+        offload_options = given.get("offload_options") or (recipe.offload_options if recipe is not None else {})
+        return cls(
+            family=resolution.entry.name,
+            provider=str(resolution.entry.provider),
+            attention=attention,
+            offload=(offload,) if isinstance(offload, str) else tuple(offload),
+            offload_options=dict(offload_options),
+            dtype=given.get("dtype") or (recipe.dtype if recipe is not None else None),
+            progress=given.get("progress", True),
+            plugins=plugins,
+            platform=given.get("platform"),
+            resolution=resolution,
+        )
+
 
 @runtime_checkable
 class GenerationEngine(Protocol):
@@ -74,6 +105,11 @@ class GenerationModel(Protocol):
     @classmethod
     def open(cls, model_dir: Path, options: EngineOptions) -> GenerationEngine:
         """Load the checkpoint in ``model_dir`` (local files only) and return its engine."""
+
+    @classmethod
+    def plan(cls, model_dir: Path, options: EngineOptions) -> dict[str, Explanation]:
+        """Every choice ``open`` would make (attention per role, offload, ...), explained,
+        without loading weights: what ``omni explain model`` prints."""
 
     @classmethod
     def make_tiny(cls, directory: Path, seed: int = 0) -> None:

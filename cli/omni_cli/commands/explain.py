@@ -119,3 +119,64 @@ def explain_tts_cmd(
             typer.echo(f"warning: {problem}", err=True)
     if choice is None:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("model")
+def explain_model_cmd(
+    model: Path = typer.Option(..., "--model", help="Checkpoint directory (diffusers layout, or config.json)."),
+    model_class_name: str = typer.Option("", "--model-class-name", help="Explain an explicit family or class."),
+    recipe: Path | None = typer.Option(None, "--recipe", help="Recipe YAML whose pins apply."),
+    attention_backend: str = typer.Option(
+        "", "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Attention backend for every role."
+    ),
+    attention_config: str = typer.Option("", "--attention-config", help="Per-role attention config as JSON."),
+    offload: list[str] = typer.Option([], "--offload", help="Offload strategy to check."),
+    dtype: str = typer.Option("", "--dtype", help="Compute dtype to check."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Which family serves an image or video checkpoint, which attention backend each of its
+    roles gets and which offload strategy runs, and why: without loading a weight."""
+    from omni_core.errors import OmniError
+    from omni_core.generation.model import EngineOptions
+    from omni_core.generation.recipe import load_recipe
+    from omni_core.generation.resolve import resolve_model
+    from omni_core.plugins import load_plugins
+
+    plugins = load_plugins()
+    try:
+        loaded_recipe = load_recipe(recipe) if recipe is not None else None
+        resolution = resolve_model(
+            plugins,
+            model,
+            model_class_name=model_class_name or None,
+            recipe_pin=loaded_recipe.model_class_name if loaded_recipe else None,
+        )
+        given: dict[str, object] = {"dtype": dtype or None}
+        if attention_backend or attention_config:
+            given.update(attention=attention_config or None, attention_backend=attention_backend or None)
+        if offload:
+            given["offload"] = tuple(offload)
+        family = resolution.entry.load()
+        explanations = family.plan(model, EngineOptions.build(resolution, plugins, loaded_recipe, given))
+    except (OmniError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    profile = family.profile
+    if as_json:
+        emit_json(
+            {
+                "family": resolution.family,
+                "provider": str(resolution.entry.provider),
+                "profile": profile.model_dump(),
+                "selections": {k: e.to_dict() for k, e in explanations.items()},
+            }
+        )
+        return
+    for explanation in explanations.values():
+        typer.echo(explanation.render())
+        typer.echo("")
+    frames = f", frames {profile.frames_rule()} (default {profile.default_frames} at {profile.default_fps} fps)"
+    typer.echo(
+        f"{resolution.family} ({profile.task}): default {profile.default_width}x{profile.default_height}, "
+        f"sizes multiples of {profile.size_multiple}, {profile.default_steps} steps, guidance "
+        f"{profile.default_guidance if profile.uses_guidance else 'not used'}" + (frames if profile.is_video else "")
+    )

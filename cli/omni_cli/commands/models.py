@@ -82,7 +82,7 @@ def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: 
         known = ", ".join(r["family"] for r in families(plugins) if r["make_tiny"]) or "none"
         raise UnknownExtensionError(
             f"no installed family is called {family!r}; families that make tiny checkpoints: {known}. "
-            "Install the family's plugin (e.g. `pip install omni-plugin-flux`)."
+            "Install the family's plugin; `omni models list --all` shows every installed family."
         )
     cls = entry.load()
     if not _has_maker(cls):

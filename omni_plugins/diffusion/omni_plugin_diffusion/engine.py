@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from omni_core.attention.selector import AttentionChoice, CallProfile, explain_a
 from omni_core.errors import OmniError
 from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, GenerationMetadata, GenerationResult
 from omni_core.generation.request import GenerationRequest
-from omni_core.offload import OffloadPlan, choose_offloader
+from omni_core.offload import OffloadChoice, OffloadPlan, choose_offloader
 from omni_core.selection import Explanation
 from omni_plugin_diffusion.attention import AttentionRouter
 
@@ -42,34 +43,71 @@ class ModelLoadError(OmniError):
     """The checkpoint could not be loaded: the message names the component and the cause."""
 
 
+@dataclass
+class StartupPlan:
+    """Every choice made before a weight is read: dtype, attention per role, offload strategy.
+    ``omni explain model`` shows it without loading; the engine then acts on it."""
+
+    plugins: Any
+    platform: Any
+    dtype: str
+    choices: dict[str, AttentionChoice]
+    offload: OffloadChoice | None
+    explanations: dict[str, Explanation] = field(default_factory=dict)
+
+
+def plan_startup(family_cls: type[DiffusersFamily], model_dir: Path, options: EngineOptions) -> StartupPlan:
+    """Choose the dtype, each declared role's attention backend and the offload strategy.
+    Raises (an explicit backend that cannot run, an incompatible offload) without loading."""
+    from omni_core.platforms import current_platform
+    from omni_core.plugins import get_plugins
+
+    plugins = options.plugins or get_plugins()
+    platform = options.platform or current_platform()
+    dtype = options.dtype or family_cls.default_dtypes.get(platform.device_type, family_cls.fallback_dtype)
+    if dtype not in platform.supported_dtypes():
+        raise OmniError(
+            f"dtype {dtype} is not supported on {platform.name} "
+            f"(supported: {', '.join(platform.supported_dtypes())}); choose one with --dtype"
+        )
+    explanations: dict[str, Explanation] = {}
+    if options.resolution is not None:
+        explanations["model"] = options.resolution.explanation
+    try:
+        transformer_config = json.loads((model_dir / "transformer" / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        transformer_config = {}
+    choices: dict[str, AttentionChoice] = {}
+    for role, category in family_cls.declared_roles():
+        call = CallProfile(
+            head_size=family_cls.head_size(transformer_config, role), dtype=dtype, mask=family_cls.passes_masks(role)
+        )
+        choice, explanation = explain_attention(plugins, platform, options.attention, role, category, call)
+        explanations[f"attention:{role}"] = explanation
+        if choice is None:
+            raise OmniError(f"no attention backend can run role {role!r} of {options.family}:\n{explanation.render()}")
+        choices[role] = choice
+    if "self" not in choices:  # calls outside any declared site default to "self"
+        choices["self"] = next(iter(choices.values()))
+    features = {f"family:{options.family}", f"platform:{platform.name}", *family_cls.features}
+    features |= {f"attention:{c.backend}" for c in choices.values()}
+    offload, explanations["offload"] = choose_offloader(plugins, options.offload, features)
+    return StartupPlan(plugins, platform, dtype, choices, offload, explanations)
+
+
 class DiffusionEngine:
     """A diffusers pipeline for one family, ready to generate."""
 
     def __init__(self, family_cls: type[DiffusersFamily], model_dir: Path, options: EngineOptions) -> None:
-        from omni_core.platforms import current_platform
-        from omni_core.plugins import get_plugins
-
         self.family_cls = family_cls
         self.family = options.family
         self.model_dir = model_dir
         self.options = options
-        self.plugins = options.plugins or get_plugins()
-        self.platform = options.platform or current_platform()
+        startup = plan_startup(family_cls, model_dir, options)  # fails here, before loading
+        self.plugins, self.platform, self.dtype = startup.plugins, startup.platform, startup.dtype
         self.profile = family_cls.profile
-        self.dtype = options.dtype or family_cls.default_dtypes.get(
-            self.platform.device_type, family_cls.fallback_dtype
-        )
-        if self.dtype not in self.platform.supported_dtypes():
-            raise OmniError(
-                f"dtype {self.dtype} is not supported on {self.platform.name} "
-                f"(supported: {', '.join(self.platform.supported_dtypes())}); choose one with --dtype"
-            )
-        self.explanations: dict[str, Explanation] = {}
-        if options.resolution is not None:
-            self.explanations["model"] = options.resolution.explanation
-        self.choices = self._choose_attention()
-        offload_choice, offload_explanation = choose_offloader(self.plugins, options.offload, self._features())
-        self.explanations["offload"] = offload_explanation
+        self.choices = startup.choices
+        self.explanations = startup.explanations
         self.pipeline = self._load()
         self.device = self.platform.device(0)
         self.router = AttentionRouter(self.choices, family_cls.role_for)
@@ -78,47 +116,21 @@ class DiffusionEngine:
             if module is not None:
                 self.router.attach(name, module)
         self.offloader: Offloader | None = None
-        if offload_choice is None:
+        if startup.offload is None:
             self.pipeline.to(self.device)
         else:
-            self.offloader = offload_choice.offloader_class(
-                self.offload_plan(), self.device, dict(offload_choice.options)
-            )
+            offload_options = {
+                "blocking": self.platform.blocking_offload_copies,
+                **startup.offload.options,
+                **options.offload_options,
+            }
+            self.offloader = startup.offload.offloader_class(self.offload_plan(), self.device, offload_options)
             self.offloader.check()
             self.offloader.enable()
         self.pipeline.set_progress_bar_config(disable=not options.progress, desc=f"{self.family} denoising")
         self.random_weights = (model_dir / TINY_MARKER).is_file()
 
     # -- startup -----------------------------------------------------------------------------
-
-    def _features(self) -> set[str]:
-        features = {f"family:{self.family}", f"platform:{self.platform.name}", *self.family_cls.features}
-        features |= {f"attention:{c.backend}" for c in self.choices.values()}
-        return features
-
-    def _head_size(self, role: str) -> int | None:
-        """The role's head size from the transformer's config (read as JSON: nothing is loaded)."""
-        try:
-            config = json.loads((self.model_dir / "transformer" / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return self.family_cls.head_size(config, role)
-
-    def _choose_attention(self) -> dict[str, AttentionChoice]:
-        choices: dict[str, AttentionChoice] = {}
-        for role, category in self.family_cls.declared_roles():
-            call = CallProfile(head_size=self._head_size(role), dtype=self.dtype, mask=self.family_cls.attention_masks)
-            choice, explanation = explain_attention(
-                self.plugins, self.platform, self.options.attention, role=role, category=category, call=call
-            )
-            self.explanations[f"attention:{role}"] = explanation
-            if choice is None:
-                raise OmniError(f"no attention backend can run role {role!r} of {self.family}:\n{explanation.render()}")
-            choices[role] = choice
-        if "self" not in choices:  # calls outside any declared site default to "self"
-            first = next(iter(choices.values()))
-            choices["self"] = first
-        return choices
 
     def _load(self) -> Any:
         import torch

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from omni_core.generation.model import EngineOptions
     from omni_core.generation.request import GenerationProfile, ResolvedGeneration
+    from omni_core.selection import Explanation
     from omni_plugin_diffusion.engine import DiffusionEngine
 
 #: (module-path glob, role, category); matched against "<component>.<module path>", first wins
@@ -46,8 +47,9 @@ class DiffusersFamily:
     )
     #: role -> the transformer config key holding its head size (default ``attention_head_dim``)
     head_size_keys: ClassVar[dict[str, str]] = {}
-    #: whether the transformer passes attention masks (backends that cannot take one are passed over)
-    attention_masks: ClassVar[bool] = False
+    #: whether the transformer passes attention masks (backends that cannot take one are passed
+    #: over): True or False for every role, or the roles that pass them
+    attention_masks: ClassVar[bool | tuple[str, ...]] = False
     #: offload declarations (see :class:`omni_core.offload.OffloadPlan`)
     dit_modules: ClassVar[tuple[str, ...]] = ("transformer",)
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
@@ -93,6 +95,14 @@ class DiffusersFamily:
         return DiffusionEngine(cls, Path(model_dir), options)
 
     @classmethod
+    def plan(cls, model_dir: Path, options: EngineOptions) -> dict[str, Explanation]:
+        """Every choice ``open`` would make, explained, without loading a weight
+        (``omni explain model``). Raises what ``open`` would raise before loading."""
+        from omni_plugin_diffusion.engine import plan_startup
+
+        return plan_startup(cls, Path(model_dir), options).explanations
+
+    @classmethod
     def head_size(cls, transformer_config: dict[str, Any], role: str) -> int | None:
         """The head size of ``role``'s attention, from the transformer's config (used to pick a
         backend before loading). Override where the config has no head-size key."""
@@ -106,6 +116,11 @@ class DiffusersFamily:
             if fnmatch.fnmatchcase(module_path, pattern):
                 return role, category
         return "self", "self"
+
+    @classmethod
+    def passes_masks(cls, role: str) -> bool:
+        masks = cls.attention_masks
+        return masks if isinstance(masks, bool) else role in masks
 
     @classmethod
     def declared_roles(cls) -> list[tuple[str, str]]:

@@ -48,7 +48,7 @@ class LTXVideo(DiffusersFamily):
         ("transformer.transformer_blocks.*.attn2", "cross", "cross"),
     )
     #: attn2 passes the prompt's padding mask (as an additive bias)
-    attention_masks: ClassVar[bool] = True
+    attention_masks: ClassVar[bool | tuple[str, ...]] = ("cross",)
     dit_modules: ClassVar[tuple[str, ...]] = ("transformer",)
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
     resident_modules: ClassVar[tuple[str, ...]] = ("vae",)
