@@ -146,7 +146,7 @@ class Omni:
             plugins, self.model_dir, model_class_name=explicit, recipe_pin=recipe.model_class_name if recipe else None
         )
         self._generation = _open_family(resolution, self.model_dir, plugins, recipe, kwargs)
-        self.kind = resolution.entry.load().profile.task
+        self.kind = resolution.entry.load().profile_for(self.model_dir).task
         self._recipe_defaults = dict(recipe.generation) if recipe else {}
         return None
 

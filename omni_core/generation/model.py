@@ -107,6 +107,11 @@ class GenerationModel(Protocol):
         """Load the checkpoint in ``model_dir`` (local files only) and return its engine."""
 
     @classmethod
+    def profile_for(cls, model_dir: Path) -> GenerationProfile:
+        """The profile of one checkpoint (``profile``, or checkpoint-specific defaults read from
+        its configs). Called before loading: requests are validated against it."""
+
+    @classmethod
     def plan(cls, model_dir: Path, options: EngineOptions) -> dict[str, Explanation]:
         """Every choice ``open`` would make (attention per role, offload, ...), explained,
         without loading weights: what ``omni explain model`` prints."""

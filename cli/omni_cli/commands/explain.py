@@ -160,7 +160,7 @@ def explain_model_cmd(
         explanations = family.plan(model, EngineOptions.build(resolution, plugins, loaded_recipe, given))
     except (OmniError, ValueError) as exc:
         raise fail(str(exc)) from None
-    profile = family.profile
+    profile = family.profile_for(model)
     if as_json:
         emit_json(
             {

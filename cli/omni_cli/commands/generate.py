@@ -137,7 +137,7 @@ def generate(
             model_class_name=model_class_name,
             recipe_pin=loaded_recipe.model_class_name if loaded_recipe else None,
         )
-        resolution.entry.load().profile.resolve(request)
+        resolution.entry.load().profile_for(model_dir).resolve(request)
         options: dict[str, Any] = {"plugins": plugins, "progress": progress, "dtype": dtype}
         if model_class_name:
             options["model_class_name"] = model_class_name

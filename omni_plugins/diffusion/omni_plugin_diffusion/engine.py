@@ -105,7 +105,7 @@ class DiffusionEngine:
         self.options = options
         startup = plan_startup(family_cls, model_dir, options)  # fails here, before loading
         self.plugins, self.platform, self.dtype = startup.plugins, startup.platform, startup.dtype
-        self.profile = family_cls.profile
+        self.profile = family_cls.profile_for(model_dir)
         self.choices = startup.choices
         self.explanations = startup.explanations
         self.pipeline = self._load()

@@ -95,6 +95,13 @@ class DiffusersFamily:
         return DiffusionEngine(cls, Path(model_dir), options)
 
     @classmethod
+    def profile_for(cls, model_dir: Path) -> GenerationProfile:
+        """The profile for one checkpoint: ``profile`` unless the family reads checkpoint-specific
+        defaults from its configs (a distilled variant's guidance, a 720p variant's size).
+        Called before loading, so it reads JSON only."""
+        return cls.profile
+
+    @classmethod
     def plan(cls, model_dir: Path, options: EngineOptions) -> dict[str, Explanation]:
         """Every choice ``open`` would make, explained, without loading a weight
         (``omni explain model``). Raises what ``open`` would raise before loading."""

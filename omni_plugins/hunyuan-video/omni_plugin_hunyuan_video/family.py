@@ -18,6 +18,8 @@ inside the methods that build or run a model.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from omni_plugin_diffusion.family import AttentionRoles, DiffusersFamily
@@ -204,6 +206,21 @@ class HunyuanVideo15(DiffusersFamily):
     encoder_modules = ("text_encoder", "text_encoder_2")
     resident_modules = ("vae",)
     block_attrs = ("transformer.transformer_blocks",)
+    #: the transformer's ``target_size`` -> the pipeline's 16:9 default for it (480p, 720p)
+    default_sizes: ClassVar[dict[int, tuple[int, int]]] = {640: (848, 480), 960: (1280, 720)}
+
+    @classmethod
+    def profile_for(cls, model_dir: Path) -> GenerationProfile:
+        """Per checkpoint: the guider's scale is the default guidance (1.0 on the CFG-distilled
+        releases, 6.0 otherwise), and the transformer's target size picks 480p or 720p."""
+        updates: dict[str, Any] = {}
+        guider = _json(model_dir / "guider" / "guider_config.json")
+        if isinstance(guider.get("guidance_scale"), (int, float)):
+            updates["default_guidance"] = float(guider["guidance_scale"])
+        size = cls.default_sizes.get(_json(model_dir / "transformer" / "config.json").get("target_size"))
+        if size is not None:
+            updates["default_width"], updates["default_height"] = size
+        return cls.profile.model_copy(update=updates) if updates else cls.profile
 
     @classmethod
     def tiny_components(cls, seed: int) -> dict[str, Any]:
@@ -288,3 +305,11 @@ class HunyuanVideo15(DiffusersFamily):
         if guider is not None and getattr(guider, "guidance_scale", None) != scale:
             pipeline.guider = guider.new(guidance_scale=scale)
         return kwargs
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -213,3 +213,27 @@ def test_declared_modules_exist_in_the_loaded_pipeline(fixture: str, request: py
     declared = {role for role, _ in family.declared_roles()}
     sites = [p for p, m in engine.pipeline.transformer.named_modules() if p and is_attention_module(m)]
     assert sites and {family.role_for(f"transformer.{p}")[0] for p in sites} == declared
+
+
+def test_hv15_defaults_follow_the_checkpoints_guider_and_target_size(tiny_hv15: Path, tmp_path: Path) -> None:
+    """A CFG-distilled release saves guidance 1.0 in its guider and a 720p one target size 960:
+    the profile for that checkpoint defaults to them, before anything loads."""
+    import json
+    import shutil
+
+    from omni_plugin_hunyuan_video.family import HunyuanVideo15
+
+    assert HunyuanVideo15.profile_for(tiny_hv15).default_guidance == 6.0
+    assert (
+        HunyuanVideo15.profile_for(tiny_hv15).default_width,
+        HunyuanVideo15.profile_for(tiny_hv15).default_height,
+    ) == (848, 480)
+    variant = tmp_path / "hv15-distilled-720p"
+    shutil.copytree(tiny_hv15, variant)
+    guider = variant / "guider" / "guider_config.json"
+    guider.write_text(json.dumps({**json.loads(guider.read_text()), "guidance_scale": 1.0}))
+    transformer = variant / "transformer" / "config.json"
+    transformer.write_text(json.dumps({**json.loads(transformer.read_text()), "target_size": 960}))
+    profile = HunyuanVideo15.profile_for(variant)
+    assert (profile.default_guidance, profile.default_width, profile.default_height) == (1.0, 1280, 720)
+    assert HunyuanVideo15.profile.default_guidance == 6.0  # the family's own profile is untouched
