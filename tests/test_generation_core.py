@@ -14,7 +14,7 @@ import pytest
 from omni_core.conflicts import Decision, Offer
 from omni_core.generation.recipe import RecipeError, load_recipe
 from omni_core.generation.request import GenerationOptionError, GenerationProfile, GenerationRequest
-from omni_core.generation.resolve import ModelResolutionError, resolve_model
+from omni_core.generation.resolve import ModelResolutionError, ambiguous_families, resolve_model
 from omni_core.kinds import Kind
 from omni_core.manifest import parse_manifest
 from omni_core.registry import ModelSpec, Registry
@@ -311,3 +311,17 @@ def test_every_shipped_recipe_loads() -> None:
         recipe = load_recipe(path)
         assert recipe.model_class_name, f"{path.name} pins no model_class_name"
         assert recipe.attention.default.backend, f"{path.name} pins no attention backend"
+
+
+def test_doctor_finds_claims_no_checkpoint_can_settle() -> None:
+    assert ambiguous_families(FAMILIES) == []
+    clash = _plugins(
+        ("omni-plugin-a", {"name": "a", "architectures": ("XPipeline",)}),
+        ("omni-plugin-b", {"name": "b", "architectures": ("XPipeline",)}),
+        ("omni-plugin-c", {"name": "c", "architectures": ("YPipeline",), "config_match": {"transformer.k": 1}}),
+        ("omni-plugin-d", {"name": "d", "architectures": ("YPipeline",), "config_match": {"transformer.k": 1}}),
+    )
+    problems = ambiguous_families(clash)
+    assert len(problems) == 2
+    assert "xpipeline is claimed by a (omni-plugin-a), b (omni-plugin-b)" in problems[0]
+    assert "same config_match" in problems[1]

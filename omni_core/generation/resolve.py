@@ -168,6 +168,25 @@ def _pick_sibling(
     )
 
 
+def ambiguous_families(plugins: PluginSet) -> list[str]:
+    """Class names that several families claim in a way no checkpoint can settle: more than one
+    without a predicate, or two with the same predicate (``omni doctor`` reports them)."""
+    claims: dict[str, list[Registered[ModelSpec]]] = {}
+    for entry in plugins.models:
+        for name in dict.fromkeys(n.casefold() for n in (*entry.spec.architectures, *entry.spec.aliases)):
+            claims.setdefault(name, []).append(entry)
+    problems = []
+    for name, entries in sorted(claims.items()):
+        bare = [e for e in entries if not e.spec.config_match]
+        predicates = [json.dumps(e.spec.config_match, sort_keys=True) for e in entries if e.spec.config_match]
+        who = ", ".join(f"{e.name} ({e.provider.distribution})" for e in entries)
+        if len(bare) > 1:
+            problems.append(f"{name} is claimed by {who}, and more than one has no config_match to tell them apart")
+        elif len(predicates) != len(set(predicates)):
+            problems.append(f"{name} is claimed by {who}, and two of them declare the same config_match")
+    return problems
+
+
 def known_names(plugins: PluginSet) -> list[str]:
     """Every family name, architecture and alias the installed plugins serve."""
     return sorted({n for e in plugins.models for n in (e.name, *e.spec.architectures, *e.spec.aliases)})

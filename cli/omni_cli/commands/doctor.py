@@ -115,6 +115,25 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                 "(`omni explain tts --model DIR` shows which adapter a model gets)",
             }
         )
+    from omni_core.generation.resolve import ambiguous_families
+
+    for ambiguity in ambiguous_families(plugin_set):
+        problems.append(
+            {
+                "problem": ambiguity,
+                "fix": "uninstall one of the plugins, pin a family with --model-class-name, or have the plugin "
+                "authors add a config_match (`omni explain model --model DIR` shows which family a checkpoint gets)",
+            }
+        )
+    report["models"] = [
+        {
+            "name": e.name,
+            "provider": str(e.provider),
+            "architectures": list(e.spec.architectures),
+            "tasks": list(e.spec.tasks),
+        }
+        for e in plugin_set.models
+    ]
     store = HealthStore(settings.cache_dir)
     for r in plugin_set.records:
         for ref, seconds in ((store.lookup(r.distribution, r.version, r.name) or {}).get("imports") or {}).items():
@@ -199,6 +218,10 @@ def _print(report: dict[str, Any]) -> None:
             for b in attention["backends"]
         ]
         echo(table(("backend", "available", "why", "provider"), rows))
+    if report.get("models"):
+        echo("")
+        names = ", ".join(m["name"] for m in report["models"])
+        echo(f"image and video families: {names}   (`omni explain model --model DIR` says which serves a checkpoint)")
     echo("")
     rows = [
         (
