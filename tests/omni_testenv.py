@@ -25,6 +25,7 @@ RUNTIME_DEPS = (
     "pydantic>=2.6",
     "packaging>=23",
     "tomli-w>=1.0",
+    "pyyaml>=6",
     "typer>=0.12",
     "pytest>=8",
     # the speech extra (omni-core[speech]) that TTS plugins, the tts template among them, install

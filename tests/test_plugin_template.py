@@ -1,17 +1,26 @@
 """`omni new-plugin`: every kind renders a package that installs, loads and passes its own tests.
 
 The fast tests render in-process and check the package's shape, its manifest against its hooks,
-and the CLI's refusals. The slow ones render with the ``omni`` executable of a venv without
-torch (so the templates must ship with the installed omni-plugin-template), ``pip install`` the
+the CLI's refusals, and that the conformance kit's model and offloader checks catch what the
+templates must keep. The slow ones render with the ``omni`` executable of a venv without torch
+(so the templates must ship with the installed omni-plugin-template), ``pip install`` the
 result, check that omni lists it as "ok", and run the rendered package's own test suite there.
+
+The model kind renders an image family on omni's diffusion runtime: it is installed with
+``omni-plugin-diffusion`` (from this checkout), omni lists it without torch, and its suite,
+end-to-end generation included, runs with this interpreter's torch, diffusers and transformers
+lent to the venv (:func:`generation_stack`), as a user's own install of them would be.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -21,16 +30,25 @@ from typing import Any
 
 import pytest
 from omni_plugin_template import KIND_CHOICES, placeholders, render
+from omni_testenv import REPO
 
 from omni_core.kinds import Kind
+from omni_core.lazy import LazyRef
 from omni_core.manifest import parse_manifest
 from omni_core.plugins import compare_with_manifest
-from omni_core.registry import REGISTRAR_TYPES, Provider
+from omni_core.registry import REGISTRAR_TYPES, Provider, Registered
+from omni_core.testing import CAPABILITY_CHECKS
 
 KINDS = tuple(KIND_CHOICES)
 PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}")
 #: modules a rendered hooks.py may import at run time (anything else would load with omni)
 HOOK_IMPORTS = {"__future__", "typing", "omni_core"}
+#: the implementation module each kind renders, when it is not named after the kind
+IMPLEMENTATION = {"model": "family"}
+#: the test modules each kind renders beside test_conformance.py, when not test_<kind>.py
+KIND_TESTS = {"model": ("test_family.py", "test_generate.py")}
+#: the distribution a rendered model family depends on, installed beside it from this checkout
+DIFFUSION_PLUGIN = REPO / "omni_plugins" / "diffusion"
 
 
 def plugin_name(kind: str) -> str:
@@ -98,7 +116,7 @@ def test_existing_directory_is_kept_unless_forced(tmp_path: Path) -> None:
     assert forced.returncode == 0, forced.stderr
     assert not (target / "my-work.txt").exists()
     assert not (target / "omni_plugin_acme" / "connector.py").exists()  # replaced, not merged
-    assert (target / "omni_plugin_acme" / "model.py").is_file()
+    assert (target / "omni_plugin_acme" / "family.py").is_file()
 
 
 # ------------------------------------------------------------------------------------------
@@ -116,7 +134,7 @@ def rendered_here(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_renders_a_complete_package(rendered_here: dict[str, Path], kind: str) -> None:
     root = rendered_here[kind]
     values = placeholders(kind, plugin_name(kind))
-    pkg, impl = values["package"], kind  # the implementation module is named after the kind
+    pkg, impl = values["package"], IMPLEMENTATION.get(kind, kind)
     files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert files == {
         "pyproject.toml",
@@ -127,7 +145,7 @@ def test_renders_a_complete_package(rendered_here: dict[str, Path], kind: str) -
         f"{pkg}/{impl}.py",
         "tests/conftest.py",
         "tests/test_conformance.py",
-        f"tests/test_{impl}.py",
+        *(f"tests/{name}" for name in KIND_TESTS.get(kind, (f"test_{kind}.py",))),
     }
     for rel in files:
         text = (root / rel).read_text(encoding="utf-8")
@@ -149,9 +167,10 @@ def test_pyproject_declares_the_plugin_without_torch(rendered_here: dict[str, Pa
     project = data["project"]
     assert data["build-system"]["build-backend"] == "setuptools.build_meta"
     assert (project["name"], project["version"]) == (values["distribution"], "0.1.0")
-    # a TTS adapter needs the speech runtime's audio stack; no kind depends on torch
-    expected_core = "omni-core[speech]>=0.1,<0.2" if kind == "tts" else "omni-core>=0.1,<0.2"
-    assert project["dependencies"] == [expected_core]
+    # a TTS adapter needs the speech runtime's audio stack, a model family the diffusion
+    # runtime (which brings diffusers and transformers); no kind depends on torch
+    expected = {"tts": "omni-core[speech]>=0.1,<0.2", "model": "omni-plugin-diffusion>=0.1,<0.2"}
+    assert project["dependencies"] == [expected.get(kind, "omni-core>=0.1,<0.2")]
     assert project["optional-dependencies"] == {"test": ["pytest>=8"]}
     assert project["entry-points"]["omni.plugins"] == {values["name"]: f"{values['package']}.hooks"}
     assert data["tool"]["setuptools"]["package-data"] == {values["package"]: ["omni_plugin.toml"]}
@@ -182,6 +201,101 @@ def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[s
     for declared in manifest.provides:  # references point into the package and stay lazy
         assert declared.ref.startswith(f"{values['package']}.")
         assert declared.ref.partition(":")[0] not in sys.modules
+
+
+def _registered(kind: Kind, name: str, ref: str, **fields: Any) -> Registered[Any]:
+    provider = Provider("acme", "omni-plugin-acme", "0.1.0")
+    spec = REGISTRAR_TYPES[kind](provider).register(name, ref, **fields)
+    return Registered(spec, provider, LazyRef(ref, owner="acme"))
+
+
+def _load_rendered(root: Path, module: str) -> Any:
+    """A torch-free module of a rendered package, imported from its file."""
+    pkg = root.name.removeprefix("omni-plugin-").replace("-", "_")
+    spec = importlib.util.spec_from_file_location(
+        f"_rendered_{pkg}_{module}", root / f"omni_plugin_{pkg}" / f"{module}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def test_kit_checks_an_offloader_against_the_contract(rendered_here: dict[str, Path]) -> None:
+    """The kit's offloader check passes the rendered strategy and names what a broken one lacks."""
+    from omni_core.offload import Offloader
+
+    check = CAPABILITY_CHECKS[Kind.OFFLOADER]
+    name = plugin_name("offloader")
+    strategy = _load_rendered(rendered_here["offloader"], "offloader").AcmeOffloader2Offloader
+    assert check(_registered(Kind.OFFLOADER, name, "acme.offloader:S"), strategy) == []
+
+    class Renamed(strategy):  # type: ignore[misc, valid-type]
+        name = "other"
+
+    class Unfinished(Offloader):
+        name = "acme-offloader-2"
+
+        def enable(self) -> None: ...
+
+    entry = _registered(Kind.OFFLOADER, name, "acme.offloader:S")
+    assert check(entry, Renamed) == [f"offloader {name!r}: class name attribute 'other' != registered {name!r}"]
+    [unfinished] = check(entry, Unfinished)
+    assert "abstract methods not implemented: ['disable', 'is_enabled', 'resident']" in unfinished
+    [plain] = check(entry, object)
+    assert "is not a subclass of omni_core.offload.Offloader" in plain
+
+
+def test_kit_checks_an_image_family_against_the_contract() -> None:
+    """Torch-free, like the kit: a class with a GenerationProfile and open/plan/make_tiny passes;
+    what an image or video family lacks is named; other models only need to be callable."""
+    from omni_core.generation.request import GenerationProfile
+
+    check = CAPABILITY_CHECKS[Kind.MODEL]
+    profile = GenerationProfile(
+        task="text-to-image", default_width=64, default_height=64, default_steps=2, default_guidance=1.0
+    )
+
+    class Family:
+        @classmethod
+        def open(cls, model_dir: Path, options: Any) -> Any: ...
+
+        @classmethod
+        def plan(cls, model_dir: Path, options: Any) -> Any: ...
+
+        @classmethod
+        def make_tiny(cls, directory: Path, seed: int = 0) -> None: ...
+
+    Family.profile = profile  # type: ignore[attr-defined]
+
+    def entry(**fields: Any) -> Registered[Any]:
+        return _registered(Kind.MODEL, "acme", "acme.family:Family", **fields)
+
+    assert check(entry(tasks=("text-to-image",)), Family) == []
+    assert check(entry(), Family) == []  # no tasks registered: the profile alone marks a family
+
+    [task] = check(entry(tasks=("text-to-video",)), Family)
+    assert "the profile's task 'text-to-image' is not among the registered tasks ['text-to-video']" in task
+
+    class NoPlan:
+        profile = {"task": "text-to-image"}
+
+        @classmethod
+        def open(cls, model_dir: Path, options: Any) -> Any: ...
+
+    problems = check(entry(tasks=("text-to-image",)), NoPlan)
+    assert len(problems) == 2
+    assert "its 'profile' must be an omni_core.generation.request.GenerationProfile, not dict" in problems[0]
+    assert "lacks plan, make_tiny" in problems[1]
+    # registered for an image task, so held to the contract even without a profile
+    assert "its 'profile' must be" in check(entry(tasks=("text-to-image",)), object)[0]
+
+    class EchoModel:  # a model for another task: no generation contract applies
+        def generate(self, prompt: str) -> str:
+            return prompt
+
+    assert check(entry(tasks=("text-to-text",)), EchoModel) == []
+    assert "is not a class or callable" in check(entry(), "not callable")[0]
 
 
 def runtime_imports(source: str) -> list[str]:
@@ -273,6 +387,82 @@ def _listing(venv: Any, *args: str, **env: str) -> dict[str, Any]:
     return data
 
 
+@pytest.fixture(scope="session")
+def diffusion_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of omni-plugin-diffusion's sources, so pip's in-tree build never writes into the repo."""
+    dest = tmp_path_factory.mktemp("diffusion-src") / "diffusion"
+    shutil.copytree(
+        DIFFUSION_PLUGIN, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests")
+    )
+    return dest
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_closure(roots: list[str]) -> dict[str, importlib.metadata.Distribution]:
+    """The distributions installed here that ``roots`` (requirement strings) need, transitively,
+    with the extras they ask for."""
+    from packaging.requirements import Requirement
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [Requirement(r) for r in roots]
+    while todo:
+        requirement = todo.pop()
+        key = _canonical(requirement.name)
+        if key in found:
+            continue
+        try:
+            dist = importlib.metadata.distribution(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional dependency this interpreter does not have
+        found[key] = dist
+        extras = {"", *requirement.extras}
+        for text in dist.requires or ():
+            needed = Requirement(text)
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in extras):
+                todo.append(needed)
+    return found
+
+
+@pytest.fixture(scope="session")
+def generation_stack(base_venv: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory that lends the torch-free base venv this interpreter's torch and what
+    omni-plugin-diffusion needs (diffusers, transformers, tokenizers, Pillow, ...), by symlinks.
+
+    It holds each distribution of that closure that the base venv lacks, omni's own excluded:
+    its top-level packages and its ``.dist-info`` (so version checks and entry points see it),
+    nothing else. On the venv's path after the plugins' site it stands in for a user's own
+    install of torch and the diffusers stack; nothing is copied or downloaded.
+    """
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("diffusers") is None:
+        pytest.fail("the model template's end-to-end tests need torch and diffusers in the interpreter running them")
+    listing = base_venv.run(
+        [
+            base_venv.python,
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps([d.metadata['Name'] for d in m.distributions()]))",
+        ]
+    )
+    assert listing.returncode == 0, listing.stderr
+    present = {_canonical(name) for name in json.loads(listing.stdout)}
+    diffusion = importlib.metadata.distribution("omni-plugin-diffusion")
+    needed = _requirement_closure(["torch", *(diffusion.requires or ())])
+    stack = tmp_path_factory.mktemp("generation-stack")
+    for key, dist in sorted(needed.items()):
+        if key in present or key.startswith("omni-"):
+            continue
+        site = Path(str(dist.locate_file("")))
+        tops = {Path(str(f)).parts[0] for f in dist.files or ()}
+        for top in sorted(tops - {"..", "__pycache__"}):
+            if top.endswith(".pth") or not (site / top).exists() or (stack / top).exists():
+                continue
+            (stack / top).symlink_to(site / top, target_is_directory=(site / top).is_dir())
+    assert (stack / "torch").is_dir() and (stack / "diffusers").is_dir() and (stack / "transformers").is_dir()
+    return stack
+
+
 @pytest.mark.slow
 def test_base_venv_has_no_torch(base_venv: Any) -> None:
     """What the slow tests below prove holds without torch."""
@@ -283,14 +473,21 @@ def test_base_venv_has_no_torch(base_venv: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
-    rendered: dict[str, Path], install_plugins: Callable[..., Any], tmp_path: Path, kind: str
+    rendered: dict[str, Path],
+    install_plugins: Callable[..., Any],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kind: str,
 ) -> None:
     root = rendered[kind]
     values = placeholders(kind, plugin_name(kind))
-    venv = install_plugins(root)
+    # a model family installs with the diffusion runtime it depends on
+    runtime = [request.getfixturevalue("diffusion_src")] if kind == "model" else []
+    venv = install_plugins(root, *runtime)
 
+    # listed and loaded without torch: its hooks import nothing heavy
     plugins = {p["name"]: p for p in _listing(venv)["plugins"]}
-    assert set(plugins) == {"cpu", values["name"]}
+    assert set(plugins) == {"cpu", values["name"], *(["diffusion"] if runtime else [])}
     plugin = plugins[values["name"]]
     assert (plugin["status"], plugin["reason"], plugin["warnings"]) == ("ok", "", [])
     assert (plugin["distribution"], plugin["version"]) == (values["distribution"], "0.1.0")
@@ -298,8 +495,11 @@ def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
     assert [(p["kind"], p["name"]) for p in plugin["provides"]] == [expected_extension(kind)]
 
     # The package's own suite, from outside its source tree so the installed copy is tested.
-    result = venv.run(
-        [venv.python, "-m", "pytest", root / "tests", "-p", "no:cacheprovider", "-q", "-rs"],
+    # A model family's suite makes a tiny checkpoint and generates with it: it runs with torch
+    # and the diffusers stack lent to the venv.
+    runner = venv.with_site(request.getfixturevalue("generation_stack"), venv.home) if runtime else venv
+    result = runner.run(
+        [runner.python, "-m", "pytest", root / "tests", "-p", "no:cacheprovider", "-q", "-rA"],
         cwd=tmp_path,
     )
     output = result.stdout + result.stderr
@@ -311,14 +511,52 @@ def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
     skips = [line for line in output.splitlines() if line.startswith("SKIPPED")]
     assert all("torch" in line for line in skips), output
     assert bool(skips) == (kind == "attention"), output
+    if kind == "model":  # the end-to-end generation ran, and passed
+        passed = {line.split()[1].partition("/tests/")[2] for line in output.splitlines() if line.startswith("PASSED")}
+        assert "test_generate.py::test_generates_images_end_to_end" in passed, output
+        assert "test_family.py::test_resolution" in passed, output
+
+
+#: run in the venv with every kind installed: the rendered offloader serving the rendered
+#: family through omni's runtime, against the same generation without offload
+_OFFLOAD_THE_FAMILY = """
+import json, sys
+from pathlib import Path
+from omni_core import Omni
+from {package}.family import {family}
+
+directory = Path(sys.argv[1])
+{family}.make_tiny(directory, seed=0)
+fields = dict(width=32, height=32, num_inference_steps=2, seed=0)
+with Omni(directory, progress=False) as omni:
+    plain = omni.generate("a red fox in snow", **fields)
+with Omni(directory, progress=False, offload="{offloader}", offload_options={{"record": True}}) as omni:
+    offloaded = omni.generate("a red fox in snow", **fields)
+    strategy, units = omni.generation.offloader, [omni.generation.pipeline.text_encoder,
+                                                  omni.generation.pipeline.transformer]
+    hooked = [bool(unit._forward_pre_hooks) for unit in units]
+events = [[e.module, list(e.resident)] for e in strategy.events]
+print(json.dumps({{
+    "same_pixels": bool((plain.images[0].pixels == offloaded.images[0].pixels).all()),
+    "offload": offloaded.metadata.offload, "family": offloaded.metadata.family, "events": events,
+    "hooked": hooked, "hooked_after_close": [bool(unit._forward_pre_hooks) for unit in units],
+    "enabled_after_close": strategy.is_enabled(),
+}}))
+"""
 
 
 @pytest.mark.slow
-def test_all_kinds_install_side_by_side(rendered: dict[str, Path], install_plugins: Callable[..., Any]) -> None:
-    venv = install_plugins(*rendered.values())
+def test_all_kinds_install_side_by_side(
+    rendered: dict[str, Path],
+    install_plugins: Callable[..., Any],
+    diffusion_src: Path,
+    generation_stack: Path,
+    tmp_path: Path,
+) -> None:
+    venv = install_plugins(*rendered.values(), diffusion_src)
     data = _listing(venv, "--strict")  # strict: any plugin problem would fail the command
     plugins = {p["name"]: p for p in data["plugins"]}
-    assert set(plugins) == {"cpu", *(plugin_name(k) for k in KINDS)}
+    assert set(plugins) == {"cpu", "diffusion", *(plugin_name(k) for k in KINDS)}
     assert {p["status"] for p in plugins.values()} == {"ok"}
     assert data["conflicts"] == []
 
@@ -332,3 +570,20 @@ def test_all_kinds_install_side_by_side(rendered: dict[str, Path], install_plugi
     assert venv.run([venv.python, "-c", select]).stdout.strip() == "cpu"
     chosen = venv.run([venv.python, "-c", select], env=venv.env(**{visible: "1"}))
     assert chosen.stdout.strip() == plugin_name("platform"), chosen.stderr
+
+    # The offloader template serves the model template through omni's runtime: the same pixels
+    # as without offload, the text encoder and the transformer taking turns on the device.
+    model, offloader = placeholders("model", plugin_name("model")), plugin_name("offloader")
+    script = _OFFLOAD_THE_FAMILY.format(package=model["package"], family=model["class_prefix"], offloader=offloader)
+    runner = venv.with_site(generation_stack, venv.home)
+    result = runner.run([runner.python, "-c", script, tmp_path / "tiny"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["same_pixels"] and report["family"] == model["name"]
+    assert report["offload"] == offloader
+    # the prompt and the empty negative prompt are encoded, then 2 steps (guidance batched)
+    encoder, denoiser = ["text_encoder", ["vae", "text_encoder"]], ["transformer", ["vae", "transformer"]]
+    assert report["events"] == [encoder, encoder, denoiser, denoiser]
+    # hooked while the model was open; closing it removed every hook
+    assert report["hooked"] == [True, True]
+    assert report["hooked_after_close"] == [False, False] and not report["enabled_after_close"]

@@ -313,14 +313,63 @@ def _check_callable(entry: Registered[Any], obj: Any) -> list[str]:
     return []
 
 
+#: the methods of an image or video family (:class:`omni_core.generation.model.GenerationModel`)
+GENERATION_MODEL_METHODS = ("open", "plan", "make_tiny")
+
+
+def _check_model(entry: Registered[Any], obj: Any) -> list[str]:
+    """Every model's reference is callable. An image or video family (one registered for such a
+    task, or one with a ``profile``) also follows :class:`~omni_core.generation.model.GenerationModel`:
+    a :class:`~omni_core.generation.request.GenerationProfile` whose task it is registered for, and
+    ``open``, ``plan`` and ``make_tiny`` callables. Nothing is loaded or called."""
+    from typing import get_args
+
+    from omni_core.generation.request import GenerationProfile, Task
+
+    problems = _check_callable(entry, obj)
+    generation_tasks = set(get_args(Task))
+    registered = tuple(entry.spec.tasks)
+    if problems or not (generation_tasks & set(registered) or hasattr(obj, "profile")):
+        return problems
+    label = f"model {entry.name!r}"
+    profile = getattr(obj, "profile", None)
+    if not isinstance(profile, GenerationProfile):
+        problems.append(
+            f"{label}: {entry.spec.ref} is an image or video family, so its 'profile' must be an "
+            f"omni_core.generation.request.GenerationProfile, not {type(profile).__name__}"
+        )
+    elif registered and profile.task not in registered:
+        problems.append(
+            f"{label}: the profile's task {profile.task!r} is not among the registered tasks {list(registered)}"
+        )
+    missing = [m for m in GENERATION_MODEL_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        problems.append(
+            f"{label}: {entry.spec.ref} lacks {', '.join(missing)} (an image or video family implements "
+            "open, plan and make_tiny; see omni_core.generation.model.GenerationModel)"
+        )
+    return problems
+
+
+def _check_offloader(entry: Registered[Any], obj: Any) -> list[str]:
+    """The reference is a complete :class:`omni_core.offload.Offloader` named as registered."""
+    from omni_core.offload import offloader_contract_problems
+
+    label = f"offloader {entry.name!r}"
+    problems = [f"{label}: {p}" for p in offloader_contract_problems(obj)]
+    if not problems and obj.name != entry.name:
+        problems.append(f"{label}: class name attribute {obj.name!r} != registered {entry.name!r}")
+    return problems
+
+
 #: per-kind capability checks; kinds whose contracts grow add their checks here
 CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
     Kind.PLATFORM: _check_platform,
     Kind.ATTENTION_BACKEND: _check_attention_backend,
-    Kind.MODEL: _check_callable,
+    Kind.MODEL: _check_model,
     Kind.TTS_ADAPTER: _check_tts_adapter,
     Kind.CONNECTOR: _check_callable,
-    Kind.OFFLOADER: _check_callable,
+    Kind.OFFLOADER: _check_offloader,
     Kind.COMMAND: _check_callable,
 }
 

@@ -6,7 +6,7 @@ class TestOffloadPluginConformance(PluginConformance):
     plugin_name = "offload"
 
     def test_strategies_keep_the_offloader_contract(self, offload_plugins) -> None:  # type: ignore[no-untyped-def]
-        """Beyond the kit's check (the reference is callable): each is an Offloader subclass
+        """The kit checks the Offloader contract; this also checks each is an Offloader subclass
         with every method implemented, named as registered."""
         for entry in offload_plugins.offloaders:
             cls = entry.load()
