@@ -23,38 +23,22 @@ def flux_plugins() -> Any:
 @pytest.fixture(scope="session")
 def tiny_flux(tmp_path_factory: pytest.TempPathFactory, flux_plugins: Any) -> Callable[[str], Path]:
     """``tiny_flux("flux1-dev")``: that family's tiny checkpoint, made once per session."""
-    made: dict[str, Path] = {}
+    from omni_core.testing.generation import tiny_checkpoints
 
-    def make(family: str) -> Path:
-        if family not in made:
-            (entry,) = [e for e in flux_plugins.models if e.name == family]
-            directory = tmp_path_factory.mktemp(family) / f"tiny-{family}"
-            entry.load().make_tiny(directory, seed=0)
-            made[family] = directory
-        return made[family]
-
-    return make
+    return tiny_checkpoints(flux_plugins, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def open_flux(flux_plugins: Any) -> Callable[..., Any]:
     """``open_flux(directory, **options)``: an :class:`omni_core.Omni` on a checkpoint."""
-    from omni_core import Omni
+    from omni_core.testing.generation import omni_opener
 
-    def open_(directory: Path, **options: Any) -> Any:
-        options.setdefault("progress", False)
-        return Omni(directory, plugins=flux_plugins, **options)
-
-    return open_
+    return omni_opener(flux_plugins)
 
 
 @pytest.fixture(scope="session")
 def transformer_calls() -> Callable[[Any], list[int]]:
     """``transformer_calls(omni)``: a live count of the transformer's forward passes."""
+    from omni_core.testing.generation import count_transformer_calls
 
-    def count_(omni: Any) -> list[int]:
-        count = [0]
-        omni.generation.pipeline.transformer.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-        return count
-
-    return count_
+    return count_transformer_calls

@@ -23,30 +23,22 @@ def qwen_image_plugins() -> Any:
 @pytest.fixture(scope="session")
 def tiny_qwen_image(tmp_path_factory: pytest.TempPathFactory, qwen_image_plugins: Any) -> Path:
     """The registered family's tiny checkpoint, made through the registry like ``omni models make-tiny``."""
-    directory = tmp_path_factory.mktemp("qwen-image") / "tiny-qwen-image"
-    qwen_image_plugins.models.get("qwen-image").load().make_tiny(directory, seed=0)
-    return directory
+    from omni_core.testing.generation import tiny_checkpoints
+
+    return tiny_checkpoints(qwen_image_plugins, tmp_path_factory)("qwen-image")
 
 
 @pytest.fixture(scope="session")
 def open_qwen_image(qwen_image_plugins: Any) -> Callable[..., Any]:
     """``open_qwen_image(directory, **options)``: an :class:`omni_core.Omni` on a checkpoint."""
-    from omni_core import Omni
+    from omni_core.testing.generation import omni_opener
 
-    def open_(directory: Path, **options: Any) -> Any:
-        options.setdefault("progress", False)
-        return Omni(directory, plugins=qwen_image_plugins, **options)
-
-    return open_
+    return omni_opener(qwen_image_plugins)
 
 
 @pytest.fixture(scope="session")
 def transformer_calls() -> Callable[[Any], list[int]]:
     """``transformer_calls(omni)``: a live count of the transformer's forward passes."""
+    from omni_core.testing.generation import count_transformer_calls
 
-    def count_(omni: Any) -> list[int]:
-        count = [0]
-        omni.generation.pipeline.transformer.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-        return count
-
-    return count_
+    return count_transformer_calls

@@ -38,21 +38,9 @@ def sana_omni(tiny_sana: Path, sana_plugins: Any) -> Iterator[Any]:
         yield omni
 
 
-class NoCompute:
-    """Stands in for a loaded pipeline: any use of it means a request got past validation."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the pipeline ran for a request that should have been refused")
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the pipeline was consulted ({name}) for a request that should have been refused")
-
-
 @pytest.fixture
 def no_compute(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Swaps an engine's pipeline for :class:`NoCompute` for one test."""
+    """Swaps an engine's pipeline for a stand-in that fails the test if it is used at all."""
+    from omni_core.testing.generation import refuse_compute
 
-    def install(omni: Any) -> None:
-        monkeypatch.setattr(omni.generation, "pipeline", NoCompute())
-
-    return install
+    return lambda omni: refuse_compute(omni, monkeypatch)

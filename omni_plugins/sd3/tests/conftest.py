@@ -23,29 +23,17 @@ def sd3_plugins() -> Any:
 @pytest.fixture(scope="session")
 def tiny_sd3(tmp_path_factory: pytest.TempPathFactory, sd3_plugins: Any) -> Callable[[str], Path]:
     """``tiny_sd3("sd3.5-large")``: that family's tiny checkpoint, made once per session."""
-    made: dict[str, Path] = {}
+    from omni_core.testing.generation import tiny_checkpoints
 
-    def make(family: str) -> Path:
-        if family not in made:
-            (entry,) = [e for e in sd3_plugins.models if e.name == family]
-            directory = tmp_path_factory.mktemp(family) / f"tiny-{family}"
-            entry.load().make_tiny(directory, seed=0)
-            made[family] = directory
-        return made[family]
-
-    return make
+    return tiny_checkpoints(sd3_plugins, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def open_sd3(sd3_plugins: Any) -> Callable[..., Any]:
     """``open_sd3(directory, **options)``: an :class:`omni_core.Omni` on a checkpoint."""
-    from omni_core import Omni
+    from omni_core.testing.generation import omni_opener
 
-    def open_(directory: Path, **options: Any) -> Any:
-        options.setdefault("progress", False)
-        return Omni(directory, plugins=sd3_plugins, **options)
-
-    return open_
+    return omni_opener(sd3_plugins)
 
 
 @pytest.fixture(scope="session")

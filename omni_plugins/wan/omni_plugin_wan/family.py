@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from omni_plugin_diffusion.family import AttentionRoles, DiffusersFamily
 from omni_plugin_diffusion.tiny import seeded, tiny_t5_encoder, tiny_t5_tokenizer
 
-from omni_core.generation.request import GenerationProfile, ResolvedGeneration
+from omni_core.generation.request import GenerationProfile, ResolvedGeneration, Task
 
 #: the pipelines pad every prompt to 512 UMT5 tokens (Wan 2.1 I2V's attention splits the image
 #: tokens off the text at exactly 512), so the tokenizer must allow that length
@@ -127,6 +127,24 @@ def _tiny_clip_image_processor() -> Any:
     return cls(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
 
 
+def _profile(task: Task, width: int, height: int, *, steps: int, guidance: float, **more: Any) -> GenerationProfile:
+    """What every Wan release shares: 16-pixel sizes, 4k+1 frames up to the RoPE limit, 81 frames at 16 fps."""
+    return GenerationProfile(
+        task=task,
+        default_width=width,
+        default_height=height,
+        size_multiple=_SIZE_MULTIPLE,
+        default_steps=steps,
+        default_guidance=guidance,
+        default_frames=81,
+        frames_step=_FRAMES_STEP,
+        frames_offset=1,
+        max_frames=_MAX_FRAMES,
+        default_fps=16,
+        **more,
+    )
+
+
 class _WanBase(DiffusersFamily):
     attention_roles: ClassVar[AttentionRoles] = _WAN_ROLES
     attention_masks: ClassVar[bool] = False
@@ -134,8 +152,6 @@ class _WanBase(DiffusersFamily):
     resident_modules: ClassVar[tuple[str, ...]] = ("vae",)
     dit_modules: ClassVar[tuple[str, ...]] = ("transformer",)
     block_attrs: ClassVar[tuple[str, ...]] = ("transformer.blocks",)
-    default_dtypes: ClassVar[dict[str, str]] = {"cpu": "float32"}
-    fallback_dtype: ClassVar[str] = "bfloat16"
 
 
 class _TwoExperts:
@@ -159,19 +175,7 @@ class Wan21TextToVideo(_WanBase):
     """Wan 2.1 T2V (1.3B and 14B): 480p by default, 81 frames at 16 fps."""
 
     pipeline_class = "WanPipeline"
-    profile = GenerationProfile(
-        task="text-to-video",
-        default_width=832,
-        default_height=480,
-        size_multiple=_SIZE_MULTIPLE,
-        default_steps=50,
-        default_guidance=5.0,
-        default_frames=81,
-        frames_step=_FRAMES_STEP,
-        frames_offset=1,
-        max_frames=_MAX_FRAMES,
-        default_fps=16,
-    )
+    profile = _profile("text-to-video", 832, 480, steps=50, guidance=5.0)
 
     @classmethod
     def tiny_components(cls, seed: int) -> dict[str, Any]:
@@ -187,20 +191,7 @@ class Wan22TextToVideo(_TwoExperts, _WanBase):
     """Wan 2.2 T2V A14B: two 14B experts split at ``boundary_ratio`` 0.875; 720p, 40 steps."""
 
     pipeline_class = "WanPipeline"
-    profile = GenerationProfile(
-        task="text-to-video",
-        default_width=1280,
-        default_height=720,
-        size_multiple=_SIZE_MULTIPLE,
-        default_steps=40,
-        default_guidance=4.0,
-        default_frames=81,
-        frames_step=_FRAMES_STEP,
-        frames_offset=1,
-        max_frames=_MAX_FRAMES,
-        default_fps=16,
-        extra_options=GUIDANCE_2_OPTION,
-    )
+    profile = _profile("text-to-video", 1280, 720, steps=40, guidance=4.0, extra_options=GUIDANCE_2_OPTION)
     default_guidance_2 = 3.0
     boundary_ratio = 0.875
 
@@ -222,19 +213,7 @@ class Wan21ImageToVideo(_WanBase):
     image's CLIP tokens (``image_encoder``, a ViT-H ``CLIPVisionModel``) next to the prompt."""
 
     pipeline_class = "WanImageToVideoPipeline"
-    profile = GenerationProfile(
-        task="image-to-video",
-        default_width=832,
-        default_height=480,
-        size_multiple=_SIZE_MULTIPLE,
-        default_steps=50,
-        default_guidance=5.0,
-        default_frames=81,
-        frames_step=_FRAMES_STEP,
-        frames_offset=1,
-        max_frames=_MAX_FRAMES,
-        default_fps=16,
-    )
+    profile = _profile("image-to-video", 832, 480, steps=50, guidance=5.0)
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder", "image_encoder")
 
     @classmethod
@@ -254,20 +233,7 @@ class Wan22ImageToVideo(_TwoExperts, _WanBase):
     (the first frame conditions through the VAE latents only); 720p, 40 steps, guidance 3.5."""
 
     pipeline_class = "WanImageToVideoPipeline"
-    profile = GenerationProfile(
-        task="image-to-video",
-        default_width=1280,
-        default_height=720,
-        size_multiple=_SIZE_MULTIPLE,
-        default_steps=40,
-        default_guidance=3.5,
-        default_frames=81,
-        frames_step=_FRAMES_STEP,
-        frames_offset=1,
-        max_frames=_MAX_FRAMES,
-        default_fps=16,
-        extra_options=GUIDANCE_2_OPTION,
-    )
+    profile = _profile("image-to-video", 1280, 720, steps=40, guidance=3.5, extra_options=GUIDANCE_2_OPTION)
     default_guidance_2 = 3.5
     boundary_ratio = 0.9
 

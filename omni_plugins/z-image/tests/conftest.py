@@ -24,28 +24,17 @@ def z_image_plugins() -> Any:
 def tiny_z_image(tmp_path_factory: pytest.TempPathFactory, z_image_plugins: Any) -> Callable[[str], Path]:
     """``tiny_z_image("z-image-turbo")``: that family's tiny checkpoint, made once per session
     through the registry, like ``omni models make-tiny``."""
-    made: dict[str, Path] = {}
+    from omni_core.testing.generation import tiny_checkpoints
 
-    def make(family: str) -> Path:
-        if family not in made:
-            directory = tmp_path_factory.mktemp(family) / f"tiny-{family}"
-            z_image_plugins.models.get(family).load().make_tiny(directory, seed=0)
-            made[family] = directory
-        return made[family]
-
-    return make
+    return tiny_checkpoints(z_image_plugins, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def open_z_image(z_image_plugins: Any) -> Callable[..., Any]:
     """``open_z_image(directory, **options)``: an :class:`omni_core.Omni` on a checkpoint."""
-    from omni_core import Omni
+    from omni_core.testing.generation import omni_opener
 
-    def open_(directory: Path, **options: Any) -> Any:
-        options.setdefault("progress", False)
-        return Omni(directory, plugins=z_image_plugins, **options)
-
-    return open_
+    return omni_opener(z_image_plugins)
 
 
 @pytest.fixture(scope="session")

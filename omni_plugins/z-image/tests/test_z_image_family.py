@@ -6,7 +6,6 @@ the base model's CFG options, sizes in multiples of 16, and which sibling a chec
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +13,11 @@ import numpy as np
 import pytest
 
 from omni_core.generation.request import GenerationOptionError, GenerationRequest
-from omni_core.generation.resolve import Checkpoint
 
 #: the repository's recipes folder (tests -> plugin -> omni_plugins -> repository root)
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 FOX = "a red fox in snow"
 SMALL = {"width": 32, "height": 32, "num_inference_steps": 2}
-
-
-def _resolver_reads_scheduler_config() -> bool:
-    """Whether ``config_match`` can see ``scheduler/scheduler_config.json`` (diffusers names a
-    scheduler's config that, not ``config.json``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "scheduler").mkdir()
-        (Path(tmp) / "scheduler" / "scheduler_config.json").write_text('{"shift": 6.0}')
-        return Checkpoint(Path(tmp)).lookup("scheduler.shift") == 6.0
 
 
 # -- Z-Image-Turbo -----------------------------------------------------------------------------
@@ -120,12 +109,6 @@ def test_the_tiny_checkpoints_have_the_real_layout(tiny_z_image: Any) -> None:
 # -- Z-Image (base) ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    not _resolver_reads_scheduler_config(),
-    strict=True,
-    reason="omni_core.generation.resolve.Checkpoint reads <component>/config.json only; a scheduler's config "
-    "is scheduler_config.json, so the base model's predicate (scheduler.shift 6.0) cannot be read yet",
-)
 def test_base_resolution_picks_the_base_model_by_its_scheduler_shift(tiny_z_image: Any, open_z_image: Any) -> None:
     with open_z_image(tiny_z_image("z-image")) as omni:
         explanation = omni.explain()
