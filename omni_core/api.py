@@ -21,7 +21,7 @@ Importing this module is cheap: a runtime is imported when a model is opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
     from omni_core.generation.model import GenerationEngine
     from omni_core.generation.outputs import GenerationResult
+    from omni_core.generation.recipe import Recipe
     from omni_core.generation.request import GenerationRequest
+    from omni_core.generation.resolve import ModelResolution
     from omni_core.plugins import PluginSet
     from omni_core.selection import Explanation
     from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
@@ -62,6 +64,139 @@ _GENERATION_OPTIONS = frozenset(
 )
 
 
+@dataclass
+class ServedModel:
+    """What serves a model directory, found from its JSON files alone (nothing is loaded):
+    :func:`identify_model`'s answer."""
+
+    model_dir: Path
+    #: "speech" (a TTS adapter serves it) or "generation" (an image or video family does)
+    modality: str
+    #: the TTS adapter's or the family's registered name
+    name: str
+    provider: str
+    #: what the model does: "speech", "text-to-image", "text-to-video" or "image-to-video"
+    task: str
+    #: how an image or video family was chosen (None for speech)
+    resolution: ModelResolution | None = None
+    recipe: Recipe | None = None
+
+    def describe(self) -> str:
+        """``a text-to-image model (family flux1-schnell)`` / ``a speech model (TTS adapter vits)``."""
+        if self.modality == "speech":
+            return f"a speech model (TTS adapter {self.name!r})"
+        return f"{_article(self.task)} {self.task} model (family {self.name!r})"
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def identify_model(
+    model: str | Path,
+    *,
+    plugins: PluginSet | None = None,
+    adapter: str | None = None,
+    model_class_name: str | None = None,
+    recipe: Recipe | str | Path | None = None,
+    model_stage: str | None = None,
+    expect: str | None = None,
+) -> ServedModel:
+    """Which installed plugin serves ``model``, from its JSON files only: no weight is read and
+    no runtime is imported beyond the adapter classes detection asks. ``Omni`` opens what this
+    finds, and ``omni speak`` / ``omni generate`` call it first to refuse a model of the other
+    modality before anything loads (``expect="speech"`` refuses an image or video checkpoint
+    even when its family's plugin is not installed). Raises :class:`ModelNotServedError` (naming inactive
+    plugins that would serve it, and how to enable them),
+    :class:`~omni_core.generation.resolve.ModelResolutionError`, or
+    :class:`~omni_core.errors.CheckpointFormatError` for a malformed config file."""
+    from omni_core.generation.recipe import Recipe, load_recipe
+    from omni_core.generation.resolve import Checkpoint, known_names, resolve_model
+    from omni_core.plugins import get_plugins
+    from omni_core.speech.detection import ModelIdentity, explain_tts
+
+    model_dir = Path(model).expanduser()
+    if not model_dir.is_dir():
+        what = "is a file, not a directory" if model_dir.exists() else "does not exist"
+        raise ModelNotServedError(f"model directory {str(model_dir)!r} {what}; point it at a checkpoint directory")
+    plugins = plugins if plugins is not None else get_plugins()
+    if recipe is not None and not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    pin = recipe.model_class_name if recipe is not None else None
+    checkpoint = Checkpoint(model_dir)
+    class_name = checkpoint.class_name
+    if class_name and (adapter is not None or expect == "speech"):
+        raise ModelNotServedError(
+            f"{model_dir} is an image or video checkpoint (model_index.json names {class_name}), not a speech "
+            f'model: TTS adapters serve speech models only. Generate with it instead: omni generate "PROMPT" '
+            f"--model {model_dir} (Omni(...).generate() in Python)"
+        )
+
+    def generation() -> ServedModel:
+        resolution = resolve_model(plugins, model_dir, model_class_name=model_class_name, recipe_pin=pin)
+        task = resolution.entry.load().profile_for(model_dir).task
+        provider = str(resolution.entry.provider)
+        return ServedModel(model_dir, "generation", resolution.family, provider, task, resolution, recipe)
+
+    if adapter is None and (model_class_name or pin or class_name):
+        return generation()
+    reasons: list[str] = []
+    identity: ModelIdentity | None = None
+    if adapter is not None or (model_dir / "config.json").is_file():
+        reasons.append(_NO_INDEX)
+        identity = ModelIdentity.from_dir(model_dir, model_stage)
+        entry, explanation = explain_tts(plugins, identity, adapter)  # raises on an equal-priority overlap
+        if entry is not None:
+            return ServedModel(model_dir, "speech", entry.name, str(entry.provider), "speech", None, None)
+        reasons.append(explanation.rule)
+        # a transformers-layout image or video checkpoint: a family that names its class serves it
+        names = [*checkpoint.architectures, *([checkpoint.model_type] if checkpoint.model_type else [])]
+        known = {n.casefold() for n in known_names(plugins)}
+        served_types = {t for e in plugins.models for t in e.spec.model_types}
+        if any(n.casefold() in known or n in served_types for n in names):
+            return generation()
+    else:
+        reasons += [
+            _NO_INDEX,
+            "TTS adapters identify a model by its config.json, and this directory has none: point --model at the "
+            "checkpoint's root directory",
+        ]
+    raise ModelNotServedError(_not_served(plugins, model_dir, reasons, identity, checkpoint))
+
+
+_NO_INDEX = (
+    "image and video families identify a checkpoint by a model_index.json with _class_name and "
+    "_diffusers_version, and this directory has none"
+)
+
+
+def _not_served(plugins: PluginSet, model_dir: Path, reasons: list[str], identity: Any, checkpoint: Any) -> str:
+    """No active plugin serves ``model_dir``: why, what is installed, and any inactive plugin
+    that would serve it with how to turn it back on ("disabled", never "not installed")."""
+    from omni_core.generation.resolve import provider_hint
+    from omni_core.speech.detection import inactive_adapter_hints
+
+    hints = inactive_adapter_hints(plugins, identity) if identity is not None else []
+    for name in checkpoint.architectures if identity is not None else []:
+        hint = provider_hint(plugins, name)
+        if hint:
+            hints.append(f"{name}: {hint}")
+    adapters = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.tts_adapters) or "none"
+    models = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.models) or "none"
+    lines = [f"no installed plugin serves {str(model_dir)!r}.", *(f"  {r}" for r in reasons)]
+    if hints:
+        lines[0] = f"no active plugin serves {str(model_dir)!r}."
+        lines += [f"  {h}" for h in hints]
+        lines.append("Turn the plugin named above back on (`omni plugins list --all` shows every plugin).")
+        return "\n".join(lines)
+    lines += [
+        f"  installed TTS adapters: {adapters}",
+        f"  installed image and video families: {models}",
+        "Install the plugin for this model family (`omni plugins list --all` shows what is installed).",
+    ]
+    return "\n".join(lines)
+
+
 class Omni:
     """One model, opened through the plugin that serves it.
 
@@ -75,14 +210,18 @@ class Omni:
       ``attention`` (an :class:`~omni_core.attention.config.AttentionConfig`, dict or JSON),
       ``attention_backend`` (shorthand for its default; ``OMNI_ATTENTION_BACKEND`` when
       unset), ``offload`` (a strategy name) and ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``.
+
+    A user's mistake or a bad checkpoint raises an :class:`~omni_core.errors.OmniError`
+    subclass: :class:`ModelNotServedError`, ``ModelResolutionError``,
+    :class:`~omni_core.errors.CheckpointFormatError` (a malformed config, truncated weights),
+    :class:`~omni_core.errors.ModelLoadError`, and per request ``GenerationOptionError`` /
+    ``SpeechRequestError`` or :class:`~omni_core.errors.ModelRuntimeError`.
     """
 
     def __init__(self, model: str | Path, *, adapter: str | None = None, **kwargs: Any) -> None:
         from omni_core.plugins import get_plugins
 
         self.model_dir = Path(model).expanduser()
-        if not self.model_dir.is_dir():
-            raise ModelNotServedError(f"model directory {str(self.model_dir)!r} does not exist")
         plugins: PluginSet = kwargs.get("plugins") or get_plugins()
         kwargs["plugins"] = plugins
         self._speech: SpeechEngine | None = None
@@ -91,29 +230,23 @@ class Omni:
         self._closed = False
         #: what the model does: "speech", "text-to-image", "text-to-video" or "image-to-video"
         self.kind: str = ""
-
-        # Each modality says whether it serves the directory and, if so, opens it.
-        openers: tuple[Callable[..., str | None], ...] = (self._open_generation, self._open_speech)
-        reasons: list[str] = []
-        for opener in openers:
-            reason = opener(plugins, adapter, kwargs)
-            if reason is None:
-                break
-            reasons.append(reason)
+        self.identity = identify_model(
+            self.model_dir,
+            plugins=plugins,
+            adapter=adapter,
+            model_class_name=kwargs.get("model_class_name"),
+            recipe=kwargs.get("recipe"),
+            model_stage=kwargs.get("model_stage"),
+        )
+        if self.identity.modality == "speech":
+            self._open_speech(adapter, kwargs)
         else:
-            raise ModelNotServedError(self._not_served(plugins, reasons))
+            self._open_generation(kwargs)
+        self.kind = self.identity.task
 
-    def _open_speech(self, plugins: PluginSet, adapter: str | None, kwargs: dict[str, Any]) -> str | None:
-        """Open the model as speech if a TTS adapter serves it; otherwise say why not."""
-        from omni_core.speech.detection import ModelIdentity, explain_tts
+    def _open_speech(self, adapter: str | None, kwargs: dict[str, Any]) -> None:
         from omni_core.speech.engine import SpeechEngine
 
-        if not (self.model_dir / "config.json").is_file() and adapter is None:
-            return "TTS adapters identify a model by its config.json, and this directory has none"
-        identity = ModelIdentity.from_dir(self.model_dir, kwargs.get("model_stage"))
-        entry, explanation = explain_tts(plugins, identity, adapter)  # raises on an equal-priority overlap
-        if entry is None:
-            return explanation.rule + "\n" + explanation.render()
         unknown = set(kwargs) - _SPEECH_OPTIONS
         if unknown:
             raise TypeError(
@@ -121,46 +254,17 @@ class Omni:
                 f"accepted: adapter, {', '.join(sorted(_SPEECH_OPTIONS))}"
             )
         self._speech = SpeechEngine(self.model_dir, adapter=adapter, **kwargs)
-        self.kind = "speech"
-        return None
 
-    def _open_generation(self, plugins: PluginSet, adapter: str | None, kwargs: dict[str, Any]) -> str | None:
-        """Open the model as an image or video family if one serves it; otherwise say why not."""
-        from omni_core.generation.recipe import Recipe, load_recipe
-        from omni_core.generation.resolve import Checkpoint, resolve_model
-
-        explicit = kwargs.get("model_class_name")
-        recipe = kwargs.get("recipe")
-        if recipe is not None and not isinstance(recipe, Recipe):
-            recipe = load_recipe(recipe)
-        checkpoint = Checkpoint(self.model_dir)
-        if adapter is not None or not (explicit or checkpoint.class_name or (recipe and recipe.model_class_name)):
-            return "image and video families identify a checkpoint by model_index.json, and this directory has none"
+    def _open_generation(self, kwargs: dict[str, Any]) -> None:
         unknown = set(kwargs) - _GENERATION_OPTIONS
         if unknown:
             raise TypeError(
                 f"Omni() got option(s) {sorted(unknown)} that an image or video model does not take; "
                 f"accepted: {', '.join(sorted(_GENERATION_OPTIONS))}"
             )
-        resolution = resolve_model(
-            plugins, self.model_dir, model_class_name=explicit, recipe_pin=recipe.model_class_name if recipe else None
-        )
-        self._generation = _open_family(resolution, self.model_dir, plugins, recipe, kwargs)
-        self.kind = resolution.entry.load().profile_for(self.model_dir).task
+        recipe = self.identity.recipe
+        self._generation = _open_family(self.identity.resolution, self.model_dir, kwargs["plugins"], recipe, kwargs)
         self._recipe_defaults = dict(recipe.generation) if recipe else {}
-        return None
-
-    def _not_served(self, plugins: PluginSet, reasons: list[str]) -> str:
-        adapters = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.tts_adapters) or "none"
-        models = ", ".join(f"{e.name} ({e.provider.distribution})" for e in plugins.models) or "none"
-        lines = [
-            f"no installed plugin serves {str(self.model_dir)!r}.",
-            *(f"  {r}" for r in reasons),
-            f"  installed TTS adapters: {adapters}",
-            f"  installed image and video families: {models}",
-            "Install the plugin for this model family (`omni plugins list` shows what is installed).",
-        ]
-        return "\n".join(lines)
 
     # -- speech -------------------------------------------------------------------------------
 
@@ -169,7 +273,10 @@ class Omni:
         """The speech engine, for a model a TTS adapter serves."""
         self._check_open()
         if self._speech is None:
-            raise ModelNotServedError(f"{self.model_dir} is a {self.kind} model, not a speech model")
+            raise ModelNotServedError(
+                f"{self.model_dir} is {self.identity.describe()}, not a speech model; use generate() "
+                "(`omni generate` on the command line)"
+            )
         return self._speech
 
     @property
@@ -199,7 +306,10 @@ class Omni:
         """The generation engine, for an image or video model."""
         self._check_open()
         if self._generation is None:
-            raise ModelNotServedError(f"{self.model_dir} is a {self.kind} model, not an image or video model")
+            raise ModelNotServedError(
+                f"{self.model_dir} is {self.identity.describe()}, not an image or video model; use speak() "
+                "(`omni speak` on the command line)"
+            )
         return self._generation
 
     @property

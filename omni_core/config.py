@@ -4,14 +4,20 @@ Environment (each overrides the config file):
 
 ==============================  =============================================================
 ``OMNI_STRICT_PLUGINS=1``       every plugin problem is an error (for CI and plugin authors)
-``OMNI_SAFE_MODE=1``            load only the built-in plugins, no third-party code
+``OMNI_SAFE_MODE=1``            load only the built-in plugins, no third-party code; the
+                                built-ins load even if disabled, so this always recovers
 ``OMNI_PLUGINS=a,b``            load only these plugins (platforms are exempt, see below)
 ``OMNI_DISABLE_PLUGINS=a,b``    never load these plugins
 ``OMNI_<KIND>S=x,y``            per-kind allow-list of extension names, e.g. ``OMNI_MODELS``
 ``OMNI_DISABLE_<KIND>S=x``      per-kind deny-list, e.g. ``OMNI_DISABLE_ATTENTION_BACKENDS``
-``OMNI_PLATFORM=name``          force one platform instead of probing
+``OMNI_PLATFORM=name``          force one platform instead of probing (its probe still runs:
+                                absent hardware is an error that quotes the probe)
+``OMNI_PROBE_TIMEOUT=5``        seconds each platform probe may take before it is recorded
+                                as failed (default 5)
 ``OMNI_CONFIG_DIR``             where ``config.toml`` lives (default ``~/.config/omni``)
 ``OMNI_CACHE_DIR``              where load health and import timings are kept
+``OMNI_DEBUG=1``                print the Python traceback of an internal error (for a bug
+                                report); without it omni prints one line
 ==============================  =============================================================
 
 ``OMNI_PLUGINS`` narrows what extends omni but never removes the hardware: a plugin left out
@@ -70,59 +76,141 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "omni"
 
 
+#: how every config-file error ends: the file holds only choices the plugin commands made
+CONFIG_FIX = "Fix it, or delete it to reset (it only holds choices made with `omni plugins disable/enable/pin`)"
+
+
+def _invalid(path: Path, problem: str) -> ConfigError:
+    return ConfigError(f"config file {path} is invalid: {problem}. {CONFIG_FIX}.")
+
+
+def _lock_path(path: Path) -> Path:
+    # beside the file, not the file itself: the atomic rename gives the file a new inode
+    return path.with_name(f".{path.name}.lock")
+
+
 @dataclass
 class UserConfig:
-    """The persistent user config file; missing file means defaults."""
+    """The persistent user config file; missing file means defaults.
+
+    :meth:`save` is a read-modify-write under a lock: it re-reads the file and applies only
+    what changed since :meth:`load`, so concurrent ``omni plugins disable A`` and
+    ``enable B`` both land. Any bad content or shape raises :class:`ConfigError`.
+    """
 
     path: Path
     disabled: list[str] = field(default_factory=list)
     pins: dict[str, dict[str, str]] = field(default_factory=dict)
     platform: str | None = None
+    #: what :meth:`load` read, so :meth:`save` writes only this process's changes
+    _base: UserConfig | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path) -> UserConfig:
-        if not path.is_file():
+        config = cls._read(path)
+        config._base = cls(path, list(config.disabled), _copy_pins(config.pins), config.platform)
+        return config
+
+    @classmethod
+    def _read(cls, path: Path) -> UserConfig:
+        if not path.exists():
             return cls(path=path)
+        if not path.is_file():
+            raise _invalid(path, "it is not a file")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}. Fix the file or delete it to reset.") from None
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read config file {path}: {exc.strerror or exc}. Make it readable, or delete it to reset."
+            ) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _invalid(path, f"not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise _invalid(path, f"not valid TOML ({exc})") from None
         unknown = set(data) - {"platform", "plugins", "pins"}
         if unknown:
-            raise ConfigError(
-                f"{path}: unknown key(s) {sorted(unknown)}; the file holds platform, [plugins] disabled and [pins]"
-            )
+            raise _invalid(path, f"unknown key(s) {sorted(unknown)}; the file holds platform, [plugins] and [pins]")
         plugins = data.get("plugins", {})
-        disabled = plugins.get("disabled", []) if isinstance(plugins, dict) else None
+        if not isinstance(plugins, dict):
+            raise _invalid(path, "plugins must be a table ([plugins] with disabled = [...])")
+        if set(plugins) - {"disabled"}:
+            raise _invalid(
+                path, f"unknown key(s) {sorted(set(plugins) - {'disabled'})} in [plugins]; it holds disabled"
+            )
+        disabled = plugins.get("disabled", [])
         if not isinstance(disabled, list) or not all(isinstance(x, str) for x in disabled):
-            raise ConfigError(f"{path}: [plugins] disabled must be a list of plugin names")
+            raise _invalid(path, "[plugins] disabled must be a list of plugin names")
+        raw_pins = data.get("pins", {})
+        if not isinstance(raw_pins, dict):
+            raise _invalid(path, "pins must be a table of [pins.<kind>] tables")
         pins: dict[str, dict[str, str]] = {}
-        for kind_key, table in (data.get("pins") or {}).items():
+        for kind_key, table in raw_pins.items():
             try:
                 kind = Kind.parse(kind_key)
             except ValueError as exc:
-                raise ConfigError(f"{path}: [pins.{kind_key}]: {exc}") from None
+                raise _invalid(path, f"[pins.{kind_key}]: {exc}") from None
             if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-                raise ConfigError(f"{path}: [pins.{kind_key}] maps names to distribution names")
+                raise _invalid(path, f"[pins.{kind_key}] must map names to distribution names (strings)")
             pins[kind.value] = dict(table)
         platform = data.get("platform")
         if platform is not None and not isinstance(platform, str):
-            raise ConfigError(f"{path}: platform must be a string")
-        return cls(path=path, disabled=list(disabled), pins=pins, platform=platform)
+            raise _invalid(path, 'platform must be a string (a platform name, e.g. "cpu")')
+        return cls(path=path, disabled=list(disabled), pins=pins, platform=platform or None)
 
     def save(self) -> None:
+        """Write the changes made since :meth:`load` onto the file as it is now, atomically and
+        under a lock. Raises :class:`ConfigError` if the file turned bad meanwhile, and
+        :class:`~omni_core.fsutil.FileWriteError` if it cannot be written."""
         import tomli_w  # only needed when writing
 
-        data: dict[str, Any] = {}
-        if self.platform:
-            data["platform"] = self.platform
-        data["plugins"] = {"disabled": sorted(set(self.disabled))}
-        if self.pins:
-            data["pins"] = {k: dict(sorted(v.items())) for k, v in sorted(self.pins.items()) if v}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
-        tmp.replace(self.path)
+        from omni_core.fsutil import FileWriteError, atomic_write_text, describe_os_error, file_lock
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FileWriteError(describe_os_error(exc, self.path)) from None
+        with file_lock(_lock_path(self.path)):
+            merged = self._merged_onto(self._read(self.path)) if self._base is not None else self
+            data: dict[str, Any] = {}
+            if merged.platform:
+                data["platform"] = merged.platform
+            data["plugins"] = {"disabled": sorted(set(merged.disabled))}
+            pins = {k: dict(sorted(v.items())) for k, v in sorted(merged.pins.items()) if v}
+            if pins:
+                data["pins"] = pins
+            atomic_write_text(self.path, tomli_w.dumps(data))
+        self.disabled, self.pins, self.platform = list(merged.disabled), _copy_pins(merged.pins), merged.platform
+        self._base = UserConfig(self.path, list(self.disabled), _copy_pins(self.pins), self.platform)
+
+    def _merged_onto(self, current: UserConfig) -> UserConfig:
+        """``current`` (the file now) plus what this object changed since it was loaded."""
+        base = self._base
+        assert base is not None
+        mine = {d.casefold() for d in self.disabled}
+        before = {d.casefold() for d in base.disabled}
+        removed, added = before - mine, [d for d in self.disabled if d.casefold() not in before]
+        disabled = [d for d in current.disabled if d.casefold() not in removed]
+        have = {d.casefold() for d in disabled}
+        disabled += [d for d in added if d.casefold() not in have]
+        pins = _copy_pins(current.pins)
+        for kind in set(base.pins) | set(self.pins):
+            old, new = base.pins.get(kind, {}), self.pins.get(kind, {})
+            table = pins.setdefault(kind, {})
+            for name in [n for n in old if n not in new] + [n for n, v in new.items() if old.get(n) != v]:
+                for key in [k for k in table if k.casefold() == name.casefold()]:
+                    del table[key]  # names are case-insensitive
+                if name in new:
+                    table[name] = new[name]
+        platform = self.platform if self.platform != base.platform else current.platform
+        return UserConfig(self.path, disabled, {k: v for k, v in pins.items() if v}, platform)
+
+
+def _copy_pins(pins: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    return {k: dict(v) for k, v in pins.items()}
 
 
 @dataclass(frozen=True)

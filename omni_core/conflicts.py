@@ -15,6 +15,7 @@ from typing import Any
 
 from omni_core.config import normalize_dist
 from omni_core.kinds import Kind
+from omni_core.text import shell_arg
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class Conflict:
         first = self.offers[0]
         return (
             f"{self.kind.label} {self.name!r} is provided by {who} at the same priority "
-            f"({first.priority}). Pick one with `omni plugins pin {self.kind.value} {self.name} "
-            f"{first.distribution}`, or uninstall one of them."
+            f"({first.priority}). Pick one with `omni plugins pin {self.kind.value} {shell_arg(self.name)} "
+            f"{shell_arg(first.distribution)}`, or uninstall one of them."
         )
 
     def to_dict(self) -> dict[str, Any]:

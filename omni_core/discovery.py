@@ -23,6 +23,7 @@ from omni_core.config import Settings, normalize_dist
 from omni_core.errors import ManifestError
 from omni_core.kinds import Kind
 from omni_core.manifest import Manifest, ManifestCache, read_manifest
+from omni_core.text import shell_arg
 
 ENTRY_POINT_GROUP = "omni.plugins"
 
@@ -43,7 +44,7 @@ class Status(enum.StrEnum):
     DISABLED = "disabled"  # filtered out on purpose (safe mode, deny or allow lists)
     INCOMPATIBLE = "incompatible"  # its omni_api range excludes this core
     INVALID_MANIFEST = "invalid-manifest"
-    DUPLICATE_NAME = "duplicate-name"  # two distributions use the same plugin name
+    DUPLICATE_NAME = "duplicate-name"  # two distributions use one plugin name (a built-in keeps its own)
     IMPORT_FAILED = "import-failed"
     HOOK_FAILED = "hook-failed"
     METADATA_MISMATCH = "metadata-mismatch"  # registered something other than it declared
@@ -75,6 +76,8 @@ class PluginRecord:
     loaded: bool = False
     import_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
+    #: heavy modules (torch, ...) that appeared while it was imported and registered
+    heavy_imports: list[str] = field(default_factory=list)
 
     @property
     def builtin(self) -> bool:
@@ -112,6 +115,7 @@ class PluginRecord:
             "requires_hardware": list(self.manifest.requires_hardware) if self.manifest else [],
             "provides": provides,
             "warnings": list(self.warnings),
+            "heavy_imports": list(self.heavy_imports),
         }
 
 
@@ -168,7 +172,12 @@ def _entry_points() -> list[tuple[metadata.EntryPoint, str, str]]:
     found = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
-        dist_name, version = _name_version(dist) if dist is not None else ("?", "?")
+        try:
+            dist_name, version = _name_version(dist) if dist is not None else ("?", "?")
+        except Exception:  # unreadable metadata (not UTF-8, say): list it, never fail the listing
+            dist_name, version = f"unknown distribution of {ep.value}", "?"
+        if not isinstance(dist_name, str) or not isinstance(version, str):  # a header missing
+            dist_name, version = str(dist_name or f"unknown distribution of {ep.value}"), str(version or "?")
         key = (normalize_dist(dist_name), ep.name)
         if key in seen:  # the same distribution visible twice on sys.path
             continue
@@ -213,7 +222,7 @@ def discover(settings: Settings, installed: Sequence[Installed] | None = None) -
             record.fail(
                 Status.INVALID_MANIFEST,
                 item.manifest_error,
-                f"reinstall or fix {record.distribution}; `omni plugins disable {record.name}` skips it",
+                f"reinstall or fix {record.distribution}; `omni plugins disable {shell_arg(record.name)}` skips it",
             )
             continue
         record.manifest = item.manifest
@@ -245,11 +254,32 @@ def _apply_api_range(record: PluginRecord) -> None:
 
 
 def _flag_duplicate_names(records: list[PluginRecord]) -> None:
+    """Two distributions using one plugin name (case-insensitively) are both refused, except
+    that a built-in plugin's name can never be taken: the built-in stays and only the other
+    distribution is refused. Otherwise installing a package that calls itself ``CPU`` would
+    switch off the embedded default, in safe mode too."""
     by_name: dict[str, list[PluginRecord]] = {}
     for r in records:
         by_name.setdefault(r.name.casefold(), []).append(r)
     for group in by_name.values():
         if len(group) < 2:
+            continue
+        builtin = next((r for r in group if r.builtin), None)
+        if builtin is not None:
+            for r in group:
+                if r.builtin:
+                    continue
+                r.fail(
+                    Status.DUPLICATE_NAME,
+                    f"plugin name {r.name!r} belongs to the built-in plugin {builtin.name!r} "
+                    f"({builtin.distribution} {builtin.version}); {r.distribution} {r.version} is refused "
+                    "and the built-in keeps working",
+                    f"uninstall {r.distribution} (`omni uninstall {shell_arg(r.distribution)}`) "
+                    "or ask its authors to rename its plugin",
+                )
+                builtin.warnings.append(
+                    f"{r.distribution} {r.version} also calls its plugin {r.name!r}; it was refused"
+                )
             continue
         providers = ", ".join(f"{r.distribution} {r.version}" for r in group)
         for r in group:
@@ -268,13 +298,17 @@ def _disable(record: PluginRecord, reason: str, fix: str = "") -> None:
 
 def _apply_filters(record: PluginRecord, settings: Settings) -> None:
     name = record.name.casefold()
-    if settings.safe_mode and not record.builtin:
-        _disable(record, "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only")
-    elif name in settings.deny_plugins:
+    if settings.safe_mode:
+        # Safe mode is the way back to a working machine, so it loads the built-ins whatever
+        # the deny and allow lists say (a `omni plugins disable cpu` included).
+        if not record.builtin:
+            _disable(record, "safe mode (OMNI_SAFE_MODE=1) loads built-in plugins only")
+        return
+    if name in settings.deny_plugins:
         _disable(
             record,
             "disabled by OMNI_DISABLE_PLUGINS or `omni plugins disable`",
-            f"`omni plugins enable {record.name}`",
+            f"`omni plugins enable {shell_arg(record.name)}`",
         )
     elif settings.allow_plugins is not None and name not in settings.allow_plugins:
         if record.manifest is not None and record.manifest.of_kind(Kind.PLATFORM):
@@ -283,7 +317,7 @@ def _apply_filters(record: PluginRecord, settings: Settings) -> None:
                 record.hardware_only = True
                 record.warnings.append("not in OMNI_PLUGINS: contributes its platforms and attention backends only")
         else:
-            _disable(record, "not in OMNI_PLUGINS", f"add {record.name} to OMNI_PLUGINS")
+            _disable(record, "not in OMNI_PLUGINS", f"add {shell_arg(record.name)} to OMNI_PLUGINS")
 
 
 def extension_filtered(kind: Kind, name: str, settings: Settings) -> str | None:

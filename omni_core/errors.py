@@ -49,3 +49,32 @@ class PlatformSelectionError(OmniError):
 
 class ConfigError(OmniError, ValueError):
     """The user configuration file or an environment variable holds an invalid value."""
+
+
+class PluginExitError(OmniError):
+    """Plugin code raised ``SystemExit``, or ``KeyboardInterrupt`` with no Ctrl-C from the user.
+
+    omni turns either into an ordinary failure of that plugin (see :mod:`omni_core.guard`), so
+    a plugin cannot end a command or a server; the user's own Ctrl-C still stops omni.
+    """
+
+
+class OutputError(OmniError, ValueError):
+    """Outputs cannot be written as asked: a format the model cannot produce, a ``--format``
+    that contradicts the file name, or a name that would overwrite a file nobody asked for."""
+
+
+class ModelLoadError(OmniError):
+    """A checkpoint could not be loaded (truncated or corrupt weights, a missing component, a
+    runtime forced onto a checkpoint it cannot read): the message names the directory, the
+    cause and the fix. Runtimes (the diffusion runtime, TTS adapters) raise it when loading fails."""
+
+
+class CheckpointFormatError(ModelLoadError, ValueError):
+    """A file of a checkpoint (``config.json``, ``model_index.json``, a component's config, a
+    weights header) is present but malformed: named as malformed, with its path, never as missing."""
+
+
+class ModelRuntimeError(OmniError):
+    """A loaded model failed while generating: the message names the model and suggests a fix.
+    The original exception is chained (``OMNI_DEBUG=1`` shows its traceback)."""

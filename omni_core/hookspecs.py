@@ -26,7 +26,10 @@ Rules that hold for every ``omni_register_*`` hook:
   ``omni_plugin.toml`` with the same fields, and everything declared must be registered.
   Otherwise the plugin is reported as ``metadata-mismatch`` and skipped.
 * **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
-  keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error.
+  keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error. ``sys.exit()`` and a
+  ``KeyboardInterrupt`` the plugin raises itself count as failures too (only the user's own
+  Ctrl-C stops omni), and a plugin that ends the process (``os._exit``) is named by the next
+  command (:mod:`omni_core.breadcrumb`).
 
 Implementations may accept a subset of a hook's arguments, so hooks can grow new arguments
 without breaking old plugins.

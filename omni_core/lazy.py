@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import LazyImportError, ReferenceFormatError
+from omni_core.guard import contained, describe
+from omni_core.text import shell_arg
 
 _REF_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -58,22 +60,30 @@ class LazyRef:
             return self._value
         start = time.perf_counter()
         who = f" (registered by plugin {self.owner!r})" if self.owner else ""
+        disable = f"omni plugins disable {shell_arg(self.owner)}" if self.owner else "omni plugins disable NAME"
         try:
-            obj: Any = importlib.import_module(self.module)
+            with contained():  # plugin code: its sys.exit() is a failed import, not omni's end
+                obj: Any = importlib.import_module(self.module)
         except Exception as exc:
             raise LazyImportError(
                 f"cannot import {self.module!r} for {self.ref!r}{who}: "
-                f"{type(exc).__name__}: {exc}. Install what the plugin needs "
-                "(its README and `pip show` list it) or disable it with `omni plugins disable NAME`."
+                f"{describe(exc)}. Install what the plugin needs "
+                f"(its README and `pip show` list it) or disable it with `{disable}`."
             ) from exc
         for part in self.attribute.split("."):
             try:
-                obj = getattr(obj, part)
+                with contained():  # a module __getattr__ is plugin code too
+                    obj = getattr(obj, part)
             except AttributeError as exc:
                 raise LazyImportError(
                     f"{self.module!r} has no attribute {self.attribute!r}, "
                     f"referenced as {self.ref!r}{who}; the plugin's metadata is out of date "
                     "with its code: fix the reference or reinstall the plugin."
+                ) from exc
+            except Exception as exc:
+                raise LazyImportError(
+                    f"looking up {self.attribute!r} in {self.module!r} for {self.ref!r}{who} raised "
+                    f"{describe(exc)}; fix the plugin or disable it with `{disable}`."
                 ) from exc
         self.load_seconds = time.perf_counter() - start
         IMPORT_TIMINGS.setdefault(self.ref, self.load_seconds)

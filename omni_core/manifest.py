@@ -25,6 +25,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import time
 import tomllib
 from collections.abc import Mapping
@@ -39,6 +40,11 @@ from omni_core.lazy import check_ref
 MANIFEST_FILENAME = "omni_plugin.toml"
 _TOP_LEVEL_KEYS = {"omni_api", "description", "requires_hardware", "catalog"} | {k.value for k in Kind}
 _COMMON_KEYS = {"name", "ref", "priority"}
+#: what an extension name may look like, in a manifest and in a registration alike (the
+#: registrar validates against the same pattern): names reach terminals and command lines
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+NAME_MAX_LENGTH = 100
+_NAME_RE = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,11 @@ def _parse_declared(kind: Kind, item: Any, source: str) -> Declared:
     name, ref, priority = item.get("name"), item.get("ref"), item.get("priority", 0)
     if not isinstance(name, str) or not name.strip():
         raise ManifestError(f"{where} entry without a name")
+    if not _NAME_RE.match(name.strip()) or len(name.strip()) > NAME_MAX_LENGTH:
+        raise ManifestError(
+            f"{where} name {name!r} is not a valid name: letters, digits, '_', '.', '-', "
+            f"starting with a letter or digit, at most {NAME_MAX_LENGTH} characters"
+        )
     if not isinstance(ref, str):
         raise ManifestError(f"{where} {name!r} needs ref = 'package.module:attribute'")
     try:
@@ -168,9 +179,22 @@ def read_manifest(module: str, cache: ManifestCache | None = None) -> Manifest:
     path = locate_manifest(module)
     try:
         data = cache.read(path) if cache is not None else tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestError(
+            f"{path}: not valid UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "TOML files must be UTF-8"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ManifestError(f"{path}: {exc}") from None
-    return parse_manifest(data, str(path))
+    try:
+        if not isinstance(data, dict):  # a cache entry of the wrong shape
+            raise ManifestError(f"{path}: not a TOML table")
+        return parse_manifest(data, str(path))
+    except ManifestError:
+        if cache is None:
+            raise
+        # what came from the cache may be a corrupt entry, not the file: judge the file itself
+        return read_manifest(module, None)
 
 
 MANIFEST_CACHE_FILENAME = "manifest-cache.json"
@@ -209,12 +233,20 @@ class ManifestCache:
     def _load(self) -> dict[str, Any]:
         if self._entries is None:
             try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                raw: bytes | None = self.path.read_bytes()
+            except OSError:
+                raw = None
+            try:
+                data = json.loads(raw.decode("utf-8")) if raw is not None else None
+            except (ValueError, RecursionError):  # corrupt: ignored, rewritten on save
                 data = None
             ok = isinstance(data, dict) and data.get("format") == _CACHE_FORMAT
-            manifests = data.get("manifests") if ok else None
-            self._entries = manifests if isinstance(manifests, dict) else {}
+            manifests = data.get("manifests") if ok and isinstance(data, dict) else None
+            # entries of the wrong shape are dropped here; :meth:`read` checks each one again
+            self._entries = (
+                {k: v for k, v in manifests.items() if isinstance(v, dict)} if isinstance(manifests, dict) else {}
+            )
+            self._dirty = raw is not None and (not ok or len(self._entries) != len(manifests or {}))
         return self._entries
 
     def read(self, path: Path) -> dict[str, Any]:
@@ -238,12 +270,13 @@ class ManifestCache:
         """Write the cache back if anything changed, dropping entries for files now gone."""
         if not self._dirty or self._entries is None:
             return
+        from omni_core.fsutil import atomic_write_text
+
         entries = {k: v for k, v in self._entries.items() if os.path.exists(k)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"format": _CACHE_FORMAT, "manifests": entries}), encoding="utf-8")
-            tmp.replace(self.path)
-        except OSError:
+            data = json.dumps({"format": _CACHE_FORMAT, "manifests": entries})
+            atomic_write_text(self.path, data, durable=False)  # a cache: no fsync, never half-written
+        except OSError:  # FileWriteError included: a cache that cannot be written just forgets
             pass
         self._dirty = False

@@ -8,7 +8,9 @@ With ``OMNI_STRICT_PLUGINS=1`` every such problem raises :class:`PluginLoadError
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -17,11 +19,13 @@ from typing import Any
 
 import pluggy
 
-from omni_core import hookspecs
+from omni_core import breadcrumb, hookspecs
+from omni_core.breadcrumb import Crash
 from omni_core.config import Settings
 from omni_core.conflicts import Conflict, Offer, resolve
 from omni_core.discovery import HARDWARE_KINDS, PluginRecord, Status, discover, extension_filtered
 from omni_core.errors import PluginLoadError, RegistrationError
+from omni_core.guard import contained, describe
 from omni_core.kinds import Kind
 from omni_core.lazy import IMPORT_TIMINGS
 from omni_core.manifest import Declared, Manifest
@@ -42,8 +46,42 @@ from omni_core.registry import (
 )
 from omni_core.runtime_config import OmniConfig
 from omni_core.state import HealthStore
+from omni_core.text import shell_arg
 
 _HOOK_KIND = {kind.hook_name: kind for kind in Kind}
+
+#: modules whose import while a plugin registers means it imported something heavy or touched a
+#: driver: torch and friends, vendor SDKs, kernels and web frameworks. ``omni doctor`` reports
+#: them for each plugin, and the conformance kit (``check_import_light``) checks the same list.
+HEAVY_MODULES = (
+    "torch",
+    "numpy",
+    "vllm",
+    "diffusers",
+    "transformers",
+    "tensorflow",
+    "jax",
+    "pynvml",
+    "amdsmi",
+    "torch_npu",
+    "intel_extension_for_pytorch",
+    "flash_attn",
+    "flashinfer",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "aiohttp",
+    "flask",
+)
+#: the fix for a heavy import at registration, shared by doctor and the conformance kit
+HEAVY_IMPORT_FIX = (
+    "import it lazily inside the function that uses it, or register a lazy 'module:attr' reference "
+    "(the hook module must import nothing heavy)"
+)
+
+
+def _heavy_loaded() -> set[str]:
+    return {m for m in HEAVY_MODULES if m in sys.modules}
 
 
 @dataclass
@@ -56,6 +94,8 @@ class PluginSet:
     conflicts: list[Conflict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     manager: pluggy.PluginManager | None = None
+    #: earlier runs that ended while loading a plugin (see :mod:`omni_core.breadcrumb`)
+    crashes: list[Crash] = field(default_factory=list)
 
     def registry(self, kind: Kind) -> Registry[Any]:
         return self.registries[kind]
@@ -107,22 +147,31 @@ def load_plugins(settings: Settings | None = None) -> PluginSet:
     """Discover, import and register every enabled plugin. Never raises for a broken plugin
     unless strict mode is on."""
     settings = settings if settings is not None else Settings.from_env()
+    crashes = breadcrumb.collect_stale(settings.cache_dir)
     records = discover(settings)
+    for crash in crashes:
+        for record in records:
+            if (record.name, record.distribution, record.version) == (crash.plugin, crash.distribution, crash.version):
+                record.warnings.append(crash.message())
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
 
     offers: list[Offer] = []
-    for record in records:
-        if record.status is Status.OK:
-            offers += _load_one(record, manager)
+    try:
+        for record in records:
+            if record.status is Status.OK:
+                offers += _load_one(record, manager, settings.cache_dir)
 
-    config = OmniConfig(
-        strict=settings.strict,
-        safe_mode=settings.safe_mode,
-        platform=settings.platform,
-        plugins=tuple(r.name for r in records if r.status is Status.OK),
-    )
-    _configure(records, manager, config)
+        config = OmniConfig(
+            strict=settings.strict,
+            safe_mode=settings.safe_mode,
+            platform=settings.platform,
+            plugins=tuple(r.name for r in records if r.status is Status.OK),
+        )
+        _configure(records, manager, config, settings.cache_dir)
+    finally:
+        # also on a Ctrl-C: only a process that died mid-plugin may leave its breadcrumb
+        breadcrumb.clear(settings.cache_dir)
     live = {r.name for r in records if r.status is Status.OK}
     offers = [o for o in offers if o.plugin in live]
 
@@ -147,6 +196,7 @@ def load_plugins(settings: Settings | None = None) -> PluginSet:
         conflicts=resolution.conflicts,
         notes=resolution.notes,
         manager=manager,
+        crashes=crashes,
     )
     _remember(plugin_set)
     if settings.strict and plugin_set.problems():
@@ -154,31 +204,42 @@ def load_plugins(settings: Settings | None = None) -> PluginSet:
     return plugin_set
 
 
-def _load_one(record: PluginRecord, manager: pluggy.PluginManager) -> list[Offer]:
+def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Path) -> list[Offer]:
     """Import one plugin and call its registration hooks; on any failure record it and
-    return nothing, leaving no trace of the plugin in the manager."""
+    return nothing, leaving no trace of the plugin in the manager.
+
+    Every piece of plugin code runs inside :func:`~omni_core.guard.contained` (so its
+    ``SystemExit`` or ``KeyboardInterrupt`` is its failure, not omni's end) and after a
+    breadcrumb naming it (so an ``os._exit`` in it is named by the next command)."""
+    heavy_before = _heavy_loaded()
+    breadcrumb.mark(cache_dir, record.name, record.distribution, record.version, "import")
     start = time.perf_counter()
     try:
-        module = importlib.import_module(record.module)
-    except BaseException as exc:  # a plugin calling sys.exit() at import must not end omni
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        with contained():
+            module = importlib.import_module(record.module)
+    except Exception as exc:
         record.fail(
             Status.IMPORT_FAILED,
-            f"importing {record.module!r} raised {type(exc).__name__}: {exc}",
-            f"install its missing dependencies, upgrade it, or `omni plugins disable {record.name}`",
+            f"importing {record.module!r} raised {describe(exc)}",
+            f"install its missing dependencies, upgrade it, or `omni plugins disable {shell_arg(record.name)}`",
         )
         return []
     record.loaded = True
     record.import_seconds = time.perf_counter() - start
     try:
-        manager.register(module, name=record.name)
-    except (pluggy.PluginValidationError, ValueError) as exc:
-        record.fail(
-            Status.HOOK_FAILED,
-            f"invalid hook implementation: {exc}",
-            "compare the hook names and arguments with omni_core.hookspecs",
-        )
+        with contained():  # pluggy reads the module's attributes: a module __getattr__ is plugin code
+            manager.register(module, name=record.name)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            if manager.is_registered(module):
+                manager.unregister(module)
+        if isinstance(exc, pluggy.PluginValidationError | ValueError):
+            reason = f"invalid hook implementation: {exc}"
+            fix = "compare the hook names and arguments with omni_core.hookspecs"
+        else:
+            reason = f"registering its hooks raised {describe(exc)}"
+            fix = f"fix the plugin or `omni plugins disable {shell_arg(record.name)}`"
+        record.fail(Status.HOOK_FAILED, reason, fix)
         return []
     for caller in manager.get_hookcallers(module) or []:
         if caller.spec is None:
@@ -192,19 +253,26 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager) -> list[Offer
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             if impl.plugin is not module:
                 continue
+            breadcrumb.mark(cache_dir, record.name, record.distribution, record.version, hook_name)
             try:
-                _call(impl, {"registry": registrar})
+                with contained():
+                    _call(impl, {"registry": registrar})
             except Exception as exc:
                 manager.unregister(module)
                 where = "" if isinstance(exc, RegistrationError) else f"{hook_name} raised "
                 record.fail(
                     Status.HOOK_FAILED,
-                    f"{where}{type(exc).__name__}: {exc}" if where else str(exc),
-                    f"fix the plugin or `omni plugins disable {record.name}`; "
+                    f"{where}{describe(exc)}" if where else str(exc),
+                    f"fix the plugin or `omni plugins disable {shell_arg(record.name)}`; "
                     "OMNI_STRICT_PLUGINS=1 shows the traceback",
                 )
                 record.warnings.append(traceback.format_exc(limit=-3).strip())
                 return []
+
+    heavy = sorted(_heavy_loaded() - heavy_before)
+    if heavy:
+        record.heavy_imports = heavy
+        record.warnings.append(f"imports {', '.join(heavy)} while it registers; {HEAVY_IMPORT_FIX}")
 
     assert record.manifest is not None
     mismatch = compare_with_manifest(record.manifest, registrars)
@@ -255,20 +323,23 @@ def compare_with_manifest(manifest: Manifest, registrars: dict[Kind, Registrar[A
     return problems
 
 
-def _configure(records: list[PluginRecord], manager: pluggy.PluginManager, config: OmniConfig) -> None:
+def _configure(records: list[PluginRecord], manager: pluggy.PluginManager, config: OmniConfig, cache_dir: Path) -> None:
     by_name = {r.name: r for r in records}
     for impl in manager.hook.omni_configure.get_hookimpls():
         record = by_name.get(impl.plugin_name)
+        if record is not None:
+            breadcrumb.mark(cache_dir, record.name, record.distribution, record.version, "omni_configure")
         try:
-            _call(impl, {"config": config})
+            with contained():
+                _call(impl, {"config": config})
         except Exception as exc:
             if record is None:
                 raise
             manager.unregister(impl.plugin)
             record.fail(
                 Status.HOOK_FAILED,
-                f"omni_configure raised {type(exc).__name__}: {exc}",
-                f"fix the plugin or `omni plugins disable {record.name}`",
+                f"omni_configure raised {describe(exc)}",
+                f"fix the plugin or `omni plugins disable {shell_arg(record.name)}`",
             )
 
 

@@ -15,8 +15,9 @@ from omni_core.conflicts import Conflict, Decision
 from omni_core.errors import ConflictError, RegistrationError, UnknownExtensionError
 from omni_core.kinds import Kind
 from omni_core.lazy import LazyRef, check_ref
+from omni_core.manifest import NAME_MAX_LENGTH, NAME_PATTERN
 
-_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+_NAME_PATTERN = NAME_PATTERN  # one pattern for manifests and registrations
 
 
 class ExtensionSpec(BaseModel):
@@ -25,7 +26,7 @@ class ExtensionSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: ClassVar[Kind]
 
-    name: str = Field(min_length=1, max_length=100, pattern=_NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=_NAME_PATTERN)
     #: ``package.module:attribute`` of the implementation, imported on first use
     ref: str
     #: wins over lower priorities when two plugins offer the same name
@@ -158,6 +159,9 @@ class Registrar(Generic[SpecT]):
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
         self.specs: list[SpecT] = []
+        #: casefolded name -> spec: the duplicate check is one lookup, so registering n names
+        #: costs O(n), not O(n^2) (a plugin may register thousands)
+        self._by_name: dict[str, SpecT] = {}
 
     @property
     def kind(self) -> Kind:
@@ -172,8 +176,10 @@ class Registrar(Generic[SpecT]):
                 f"plugin {self.provider.plugin!r} registered an invalid {self.kind.label} "
                 f"{fields.get('name')!r}: {problems}"
             ) from None
-        if any(s.name.casefold() == spec.name.casefold() for s in self.specs):
+        key = spec.name.casefold()
+        if key in self._by_name:
             raise RegistrationError(f"plugin {self.provider.plugin!r} registered {self.kind.label} {spec.name!r} twice")
+        self._by_name[key] = spec  # type: ignore[assignment]
         self.specs.append(spec)  # type: ignore[arg-type]
         return spec  # type: ignore[return-value]
 
@@ -310,6 +316,8 @@ class Registry(Generic[SpecT]):
     filtered: dict[str, str] = field(default_factory=dict)
     #: offers that lost to a pin or a higher priority: (loser, rule that decided)
     shadowed: list[tuple[Registered[SpecT], str]] = field(default_factory=list)
+    #: casefolded alias -> the entries that declare it, so a lookup never scans every entry
+    _aliases: dict[str, list[Registered[SpecT]]] = field(default_factory=dict)
 
     def add(self, decision: Decision) -> None:
         def entry(offer: Any, rule: str) -> Registered[SpecT]:
@@ -317,11 +325,18 @@ class Registry(Generic[SpecT]):
             provider = Provider(offer.plugin, offer.distribution, offer.version)
             return Registered(spec, provider, LazyRef(spec.ref, owner=offer.plugin), rule)
 
-        self._entries[decision.winner.name.casefold()] = entry(decision.winner, decision.rule)
+        key = decision.winner.name.casefold()
+        previous = self._entries.get(key)
+        if previous is not None:  # replaced: forget the old entry's aliases
+            for alias in {a.casefold() for a in getattr(previous.spec, "aliases", ())}:
+                self._aliases[alias] = [e for e in self._aliases.get(alias, []) if e is not previous]
+        winner = self._entries[key] = entry(decision.winner, decision.rule)
+        for alias in {a.casefold() for a in getattr(winner.spec, "aliases", ())}:
+            self._aliases.setdefault(alias, []).append(winner)
         self.shadowed.extend((entry(o, decision.rule), decision.rule) for o in decision.shadowed)
 
     def _by_alias(self, key: str) -> list[Registered[SpecT]]:
-        return [e for e in self._entries.values() if key in {a.casefold() for a in getattr(e.spec, "aliases", ())}]
+        return list(self._aliases.get(key, ()))
 
     def names(self) -> list[str]:
         return sorted(e.name for e in self._entries.values())

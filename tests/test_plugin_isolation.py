@@ -518,7 +518,13 @@ def test_platform_priority_and_forcing(install):
     assert doctor["hardware"]["device_count"] == 2
     assert doctor["hardware"]["default_attention_chain"] == ["FIXTURE_ATTN", "TORCH_SDPA"]
 
-    forced = explain(OMNI_PLATFORM="fixture-accel")  # forced even though its probe says no
+    # forcing skips the choice, not the probe: absent hardware is an error quoting the probe
+    absent = check(venv.omni("explain", "platform", "--json", OMNI_PLATFORM="fixture-accel"), 1).json()
+    assert absent["winner"] is None
+    assert "forces platform 'fixture-accel', but its probe says the hardware is absent: FIXTURE_ACCEL is not 1" in (
+        absent["rule"]
+    )
+    forced = explain(OMNI_PLATFORM="fixture-accel", FIXTURE_ACCEL="1")
     assert (forced["winner"], forced["rule"]) == (
         "fixture-accel",
         "forced by OMNI_PLATFORM or config platform=fixture-accel",
@@ -539,5 +545,5 @@ def test_platform_priority_and_forcing(install):
     config = venv.home / "config" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text('platform = "fixture-accel"\n')
-    assert explain()["winner"] == "fixture-accel"
+    assert explain(FIXTURE_ACCEL="1")["winner"] == "fixture-accel"
     assert explain(OMNI_PLATFORM="cpu")["winner"] == "cpu"

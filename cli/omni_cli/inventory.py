@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from omni_core import breadcrumb
 from omni_core.config import Settings
 from omni_core.conflicts import Conflict, Offer, resolve
 from omni_core.discovery import (
@@ -102,6 +103,8 @@ def take_inventory(load: bool = False) -> Inventory:
         plugin_set = load_plugins(settings)  # raises PluginLoadError in strict mode
         return Inventory(settings, plugin_set.records, plugin_set.conflicts, loaded=True)
 
+    # a run that died while loading a plugin left a breadcrumb: it becomes that plugin's health
+    breadcrumb.collect_stale(settings.cache_dir)
     records = discover(settings, installed_plugins(settings))
     store = HealthStore(settings.cache_dir)
     health = {}

@@ -14,7 +14,16 @@ import typer
 
 from omni_cli._typer import OmniTyper
 from omni_cli.commands import doctor, explain, generate, install, models, new_plugin, plugins, speak
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT
+from omni_cli.inventory import scan_once
+from omni_cli.output import (
+    EXIT_CODES,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_STRICT,
+    echo,
+)
+from omni_core.text import printable, shell_arg
 
 app = OmniTyper(
     name="omni",
@@ -73,7 +82,8 @@ def _plugin_command(name: str, help_text: str) -> Any:
         plugins = get_plugins()
         if name not in plugins.commands:
             raise UnknownExtensionError(_why_command_missing(plugins, name))
-        target = plugins.commands.load(name)
+        entry = plugins.commands.get(name)
+        target = entry.load()  # LazyImportError (an OmniError) names the plugin
         if isinstance(target, typer.Typer):
             command = typer.main.get_command(target)
         elif callable(target):
@@ -81,11 +91,73 @@ def _plugin_command(name: str, help_text: str) -> Any:
             wrapper.command(name)(target)
             command = typer.main.get_command(wrapper)
         else:
-            raise TypeError(f"command {name!r} refers to {type(target).__name__}, not a Typer app or function")
-        command.main(args=ctx.args, prog_name=f"omni {name}")
+            raise PluginCommandError(
+                f"command {name!r} from {entry.provider} refers to {type(target).__name__}, not a Typer app "
+                f"or function; fix the plugin or `omni plugins disable {shell_arg(entry.provider.plugin)}`"
+            )
+        code = _run_plugin_command(command, name, list(ctx.args), entry.provider)
+        if code:
+            raise typer.Exit(code)
 
     run.__doc__ = help_text
     return run
+
+
+class PluginCommandError(Exception):
+    """A plugin command failed in a way that is the plugin's fault (exit 1, plugin named)."""
+
+
+def _run_plugin_command(command: Any, name: str, args: list[str], provider: Any) -> int:
+    """Run a plugin's command as a sub-program and return omni's exit code for it.
+
+    The plugin decides its own exit code only within omni's set (0, 1, 2, 3): ``sys.exit(7)``
+    or a ``KeyboardInterrupt`` the user did not cause is reported and becomes 1, and an
+    exception names the plugin instead of reading as omni's own bug."""
+    from omni_core.errors import OmniError
+    from omni_core.guard import describe, sigint_count, user_interrupted
+
+    whose = f"plugin command {name!r} ({provider})"
+    disable = f"`omni plugins disable {shell_arg(provider.plugin)}`"
+    before = sigint_count()
+    try:
+        with command.make_context(f"omni {name}", args) as sub:
+            command.invoke(sub)
+        return EXIT_OK
+    except typer.Exit as exc:
+        code: object = exc.exit_code
+    except SystemExit as exc:
+        code = exc.code
+    except typer.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt) and user_interrupted(before):
+            raise KeyboardInterrupt from exc
+        echo(f"error: {whose} aborted", err=True)
+        return EXIT_PROBLEMS
+    except typer.TyperException as exc:  # click's usage errors and the like: the plugin's own messages
+        _show(exc)
+        return exc.exit_code if exc.exit_code in EXIT_CODES else EXIT_PROBLEMS
+    except KeyboardInterrupt:
+        if user_interrupted(before):
+            raise
+        echo(f"error: {whose} raised KeyboardInterrupt, though no Ctrl-C was pressed; fix it or {disable}", err=True)
+        return EXIT_PROBLEMS
+    except OmniError:
+        raise  # omni's own errors (a lookup, a config problem) read the same from a plugin command
+    except Exception as exc:
+        echo(
+            f"error: {whose} failed: {describe(exc)}; fix the plugin or {disable} (OMNI_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        _debug_traceback()
+        return EXIT_PROBLEMS
+    if code is None:
+        return EXIT_OK
+    if isinstance(code, bool) or not isinstance(code, int):
+        echo(f"error: {code}", err=True)  # sys.exit("message") prints the message and fails
+        return EXIT_PROBLEMS
+    if code in EXIT_CODES - {EXIT_INTERRUPTED}:
+        return code
+    echo(f"error: {whose} exited with code {code}; omni reports it as {EXIT_PROBLEMS}", err=True)
+    return EXIT_PROBLEMS
 
 
 def _why_command_missing(plugins: Any, name: str) -> str:
@@ -113,7 +185,7 @@ def add_plugin_commands(target: typer.Typer) -> None:
         settings = Settings.from_env()
         records = discover(settings, installed_plugins(settings))
     except Exception as exc:  # a bad config file must not take --help down
-        typer.echo(f"warning: plugin commands unavailable: {exc}", err=True)
+        echo(f"warning: plugin commands unavailable: {exc}", err=True)
         return
     seen: set[str] = set()
     for record in records:
@@ -124,7 +196,8 @@ def add_plugin_commands(target: typer.Typer) -> None:
             if key in BUILTIN_COMMANDS or key in seen or extension_filtered(Kind.COMMAND, declared.name, settings):
                 continue
             seen.add(key)
-            help_text = str(declared.fields.get("help", "")) + f"  [plugin: {record.name}]"
+            # the help comes from the plugin's manifest: shown with its control characters escaped
+            help_text = printable(f"{declared.fields.get('help', '')}  [plugin: {record.name}]", one_line=True)
             target.command(
                 declared.name,
                 help=help_text,
@@ -142,21 +215,108 @@ def _early_root_flags(argv: list[str]) -> None:
             os.environ["OMNI_SAFE_MODE"] = "1"
 
 
-def main() -> None:
-    from omni_cli.inventory import scan_once
-    from omni_core.errors import OmniError, PluginLoadError
+def _debugging() -> bool:
+    return os.environ.get("OMNI_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
 
+
+def _debug_traceback() -> None:
+    if _debugging():
+        import traceback
+
+        traceback.print_exc()
+
+
+def _show(exc: Exception) -> None:
+    show = getattr(exc, "show", None)
+    if callable(show):
+        show()
+    else:
+        echo(f"error: {exc}", err=True)
+
+
+def _invoke(argv: list[str]) -> int:
+    """Run the command line and map every outcome onto omni's exit codes (0, 1, 2, 3, 130).
+
+    Click's own top level would turn a Ctrl-C into "Aborted!" with exit 1 and let any other
+    exception out as a traceback, so omni runs the command itself and decides."""
+    from omni_core.errors import OmniError, PluginLoadError
+    from omni_core.guard import user_interrupted
+
+    try:
+        with scan_once():  # plugin commands and the command itself share one scan
+            add_plugin_commands(app)
+            command = typer.main.get_command(app)
+            with command.make_context("omni", argv) as ctx:
+                command.invoke(ctx)
+        return EXIT_OK
+    except typer.Exit as exc:
+        code: object = exc.exit_code
+    except SystemExit as exc:  # only plugin code calls sys.exit(); omni's commands raise typer.Exit
+        code = exc.code
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        interrupt = isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt)
+        if interrupt and user_interrupted(0):
+            echo("interrupted", err=True)
+            return EXIT_INTERRUPTED
+        if interrupt:
+            echo(
+                "error: plugin code raised KeyboardInterrupt, though no Ctrl-C was pressed; "
+                "`omni doctor` and `omni plugins list --load` show which plugins are loaded",
+                err=True,
+            )
+            _debug_traceback()
+            return EXIT_PROBLEMS
+        echo("aborted", err=True)
+        return EXIT_PROBLEMS
+    except EOFError:
+        echo("aborted: end of input", err=True)
+        return EXIT_PROBLEMS
+    except PluginLoadError as exc:
+        echo(f"error: {exc}", err=True)
+        _debug_traceback()
+        return EXIT_STRICT
+    except OmniError as exc:
+        echo(f"error: {exc}", err=True)
+        _debug_traceback()
+        return EXIT_PROBLEMS
+    except typer.TyperException as exc:  # usage errors (2) and click's other errors (1)
+        _show(exc)
+        return exc.exit_code if exc.exit_code in EXIT_CODES else EXIT_PROBLEMS
+    except BrokenPipeError:
+        # the reader went away (`omni plugins list | head`): nothing more to say, nowhere to say it
+        sys.stdout = None  # no flush error at exit
+        return EXIT_PROBLEMS
+    except Exception as exc:
+        echo(
+            f"internal error: {type(exc).__name__}: {exc}; rerun with OMNI_DEBUG=1 for the traceback, and report it",
+            err=True,
+        )
+        _debug_traceback()
+        return EXIT_PROBLEMS
+    if code is None:
+        return EXIT_OK
+    if isinstance(code, bool) or not isinstance(code, int):
+        echo(f"error: {code}", err=True)  # sys.exit("message") from plugin code
+        return EXIT_PROBLEMS
+    if code in EXIT_CODES - {EXIT_INTERRUPTED}:
+        return code
+    if code == EXIT_INTERRUPTED and user_interrupted(0):
+        return code
+    echo(f"error: plugin code ended the command with exit code {code}; omni reports it as {EXIT_PROBLEMS}", err=True)
+    return EXIT_PROBLEMS
+
+
+def main() -> None:
+    from omni_core.guard import watch_sigint
+
+    watch_sigint()  # from here on a SIGINT is counted: the user's Ctrl-C is told from a plugin's
     _early_root_flags(sys.argv[1:])
-    with scan_once():  # plugin commands and the command itself share one scan
-        add_plugin_commands(app)
-        try:
-            app()
-        except PluginLoadError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_STRICT)
-        except OmniError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_PROBLEMS)
+    code = _invoke(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):  # a closed pipe or stream: nothing to flush into
+        sys.stdout = None
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from omni_core.attention.config import AttentionConfig
 
 if TYPE_CHECKING:
     from omni_core.generation.outputs import GenerationResult
-    from omni_core.generation.request import GenerationProfile, GenerationRequest
+    from omni_core.generation.request import GenerationProfile, GenerationRequest, ResolvedGeneration
     from omni_core.selection import Explanation
 
 
@@ -119,3 +119,24 @@ class GenerationModel(Protocol):
     @classmethod
     def make_tiny(cls, directory: Path, seed: int = 0) -> None:
         """Write a tiny random-weight checkpoint in the family's standard on-disk layout."""
+
+    # Optional (not part of the protocol, so families written before it keep conforming):
+    #
+    #     @classmethod
+    #     def validate(cls, model_dir: Path, request: GenerationRequest) -> ResolvedGeneration:
+    #         """The profile's rules plus the family's own (``--extra`` values, option
+    #         combinations), without loading: raises GenerationOptionError."""
+    #
+    # :func:`validate_request` calls it when present, else the profile's rules only.
+
+
+def validate_request(family_cls: Any, model_dir: Path, request: GenerationRequest) -> ResolvedGeneration:
+    """Check ``request`` against a family before any weight loads: the profile's rules and the
+    family's own checks (``validate`` when the family defines one). ``omni generate`` calls it
+    before opening the model, and engines call it again per request, so one function decides.
+    Raises :class:`~omni_core.generation.request.GenerationOptionError`."""
+    validate = getattr(family_cls, "validate", None)
+    if callable(validate):
+        resolved: ResolvedGeneration = validate(Path(model_dir), request)
+        return resolved
+    return family_cls.profile_for(Path(model_dir)).resolve(request)  # type: ignore[no-any-return]

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from omni_core.errors import OmniError
+from omni_core.inputs import check_seed
 
 Task = Literal["text-to-image", "text-to-video", "image-to-video"]
 VIDEO_TASKS: frozenset[str] = frozenset({"text-to-video", "image-to-video"})
@@ -35,8 +36,9 @@ class GenerationRequest(BaseModel):
     height: int | None = None
     num_inference_steps: int | None = None
     guidance_scale: float | None = None
-    #: None draws a seed, which is reported in the result's metadata
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    #: None draws a seed, which is reported in the result's metadata; the range is
+    #: :data:`omni_core.inputs.SEED_LIMIT`'s, shared with speech
+    seed: int | None = None
     num_outputs: int = 1
     #: video only
     num_frames: int | None = None
@@ -53,6 +55,11 @@ class GenerationRequest(BaseModel):
             raise ValueError("the prompt is blank; describe what to generate")
         return v
 
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, v: Any) -> Any:
+        return check_seed(v)
+
     @classmethod
     def parse(cls, data: dict[str, Any]) -> GenerationRequest:
         """Validate a plain dict, turning pydantic's errors into one readable message."""
@@ -65,6 +72,8 @@ class GenerationRequest(BaseModel):
                 if e["type"] == "extra_forbidden":
                     accepted = ", ".join(sorted(cls.model_fields))
                     problems.append(f"unknown option {where!r} (accepted: {accepted})")
+                elif e["type"] == "value_error":  # our own validators' messages say it all
+                    problems.append(str(e["ctx"]["error"]))
                 else:
                     problems.append(f"{where}: {e['msg']}")
             raise GenerationOptionError("invalid generation request: " + "; ".join(problems)) from None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import OmniError
+from omni_core.inputs import read_checkpoint_json
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ class Checkpoint:
 
     def config(self, component: str) -> dict[str, Any] | None:
         """``model_index`` (model_index.json), ``config`` (config.json) or a subfolder's
-        ``config.json`` (``scheduler``: its ``scheduler_config.json``)."""
+        ``config.json`` (``scheduler``: its ``scheduler_config.json``). None when the file is
+        absent; :class:`~omni_core.errors.CheckpointFormatError` when it is malformed."""
         if component not in self._configs:
             if component == "model_index":
                 path = self.directory / "model_index.json"
@@ -54,11 +56,8 @@ class Checkpoint:
                 path = self.directory / component / "config.json"
                 if not path.is_file():
                     path = self.directory / component / f"{component}_config.json"
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                data = None
-            self._configs[component] = data if isinstance(data, dict) else None
+            # absent is None; present but malformed is an error naming the file, never "missing"
+            self._configs[component] = read_checkpoint_json(path)
         return self._configs[component]  # type: ignore[no-any-return]
 
     @property
@@ -203,13 +202,31 @@ def provider_hint(plugins: PluginSet, name: str) -> str:
             fields = declared.fields
             names = [declared.name, *fields.get("architectures", ()), *fields.get("aliases", ())]
             if declared.kind.value == "model" and key in {str(n).casefold() for n in names}:
-                why = f"{record.status}: {record.reason or 'filtered'}"
-                return f"{record.distribution} provides it but is inactive ({why})"
+                return inactive_provider(record)
     for record in plugins.records:
         for dist, served in (record.manifest.catalog if record.manifest else {}).items():
             if key in {n.casefold() for n in served}:
                 return f"it is provided by {dist}: pip install {dist}"
     return ""
+
+
+def inactive_provider(record: Any) -> str:
+    """``record`` (a plugin that is not active) provides what was asked for: say so, why it is
+    inactive ("disabled" for a plugin turned off on purpose) and how to turn it back on."""
+    from omni_core.discovery import Status
+
+    who = record.distribution
+    if record.status is Status.DISABLED:
+        reason = record.reason or "filtered"
+        if "safe mode" in reason:
+            fix = "run without --safe-mode, with OMNI_SAFE_MODE unset"
+        else:
+            fix = record.fix or "`omni plugins list --all` says how"
+            if "OMNI_DISABLE_PLUGINS" in reason:
+                fix += f" (or take {record.name} out of OMNI_DISABLE_PLUGINS)"
+        return f"{who} provides it (plugin {record.name!r}) but is disabled ({reason}); to use it: {fix}"
+    fix = record.fix or "`omni doctor` says how to fix it"
+    return f"{who} provides it (plugin {record.name!r}) but is inactive ({record.status}: {record.reason}); {fix}"
 
 
 def _unknown(plugins: PluginSet, name: str, source: str) -> ModelResolutionError:

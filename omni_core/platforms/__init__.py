@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator
+import math
+import os
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from omni_core.errors import OmniError, PlatformSelectionError
+from omni_core.errors import ConfigError, OmniError, PlatformSelectionError
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
@@ -158,11 +161,66 @@ class PlatformChoice:
         return cls()
 
 
-def _run_probe(entry: Registered[PlatformSpec]) -> ProbeResult:
+#: how long a platform probe may take before it is recorded as failed (``OMNI_PROBE_TIMEOUT``)
+DEFAULT_PROBE_TIMEOUT_S = 5.0
+
+
+def probe_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds each platform probe may take: ``OMNI_PROBE_TIMEOUT``, default 5."""
+    env = os.environ if environ is None else environ
+    raw = env.get("OMNI_PROBE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"OMNI_PROBE_TIMEOUT={raw!r} is not a number of seconds above 0; set it to e.g. 5, or unset it"
+        )
+    return value
+
+
+class ProbeTimeout(Exception):
+    """A probe did not answer within the time bound."""
+
+
+def run_probe(entry: Registered[PlatformSpec], timeout: float, cache_dir: Any = None) -> ProbeResult:
+    """Call one platform's probe under a time bound.
+
+    The probe runs in a daemon thread: one that hangs (a driver call that never returns) is
+    abandoned after ``timeout`` seconds and recorded as failed, and cannot keep the process
+    alive at exit. Its ``SystemExit`` and ``KeyboardInterrupt`` are contained like any plugin
+    code's (a thread never receives the user's Ctrl-C; that arrives in the waiting main thread).
+    """
+    from omni_core import breadcrumb
+    from omni_core.guard import contained
     from omni_core.lazy import LazyRef
 
-    probe = LazyRef(entry.spec.probe, owner=entry.provider.plugin).resolve()
-    result = probe()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            with contained():
+                probe = LazyRef(entry.spec.probe, owner=entry.provider.plugin).resolve()
+                outcome.append((True, probe()))
+        except BaseException as exc:  # contained() left only real exceptions; keep any for the caller
+            outcome.append((False, exc))
+
+    if cache_dir is not None:
+        p = entry.provider
+        breadcrumb.mark(cache_dir, p.plugin, p.distribution, p.version, f"probe of platform {entry.name!r}")
+    worker = threading.Thread(target=run, name=f"omni-probe-{entry.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive() or not outcome:
+        raise ProbeTimeout(f"probe took longer than {timeout:g} s (OMNI_PROBE_TIMEOUT) and was abandoned")
+    ok, result = outcome[0]
+    if not ok:
+        raise result
+    if result is None:
+        return ProbeResult(False, "probe answered None (no hardware)")
     if isinstance(result, bool):
         return ProbeResult(result, "probe answered " + ("yes" if result else "no"))
     if not isinstance(result, ProbeResult):
@@ -170,12 +228,35 @@ def _run_probe(entry: Registered[PlatformSpec]) -> ProbeResult:
     return result
 
 
+def _describe_failure(exc: BaseException) -> str:
+    from omni_core.guard import describe
+
+    return str(exc) if isinstance(exc, ProbeTimeout) else f"probe raised {describe(exc)}"
+
+
 def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explanation]:
     """Choose the platform and say why. Returns ``(None, explanation)`` when none can be chosen."""
+    from omni_core import breadcrumb
+
+    timeout = probe_timeout()
+    cache_dir = plugins.settings.cache_dir
+    try:
+        return _explain_platform(plugins, timeout, cache_dir)
+    finally:
+        breadcrumb.clear(cache_dir)
+
+
+def _explain_platform(plugins: PluginSet, timeout: float, cache_dir: Any) -> tuple[PlatformChoice | None, Explanation]:
     registry = plugins.platforms
     forced = plugins.settings.platform
     explanation = Explanation("platform")
     entries = list(registry)
+    ignored_force = ""
+    if forced and plugins.settings.safe_mode and forced not in registry:
+        # safe mode must reach a working machine: a forced platform that only a (now disabled)
+        # third-party plugin provides is set aside rather than leaving no platform at all
+        ignored_force = f"; OMNI_PLATFORM={forced} ignored in safe mode (no built-in plugin provides it)"
+        forced = None
     if forced:
         if forced not in registry:
             for e in entries:
@@ -184,20 +265,37 @@ def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explana
             explanation.rule = f"OMNI_PLATFORM={forced} names no installed platform (installed: {known})"
             return None, explanation
         winner = registry.get(forced)
+        # Forcing skips the choice, not the check: a platform whose hardware is absent would
+        # only fail later with an unrelated error (a dtype the CPU lacks, a missing driver).
+        try:
+            result: ProbeResult | None = run_probe(winner, timeout, cache_dir)
+            forced_note = "forced"
+        except Exception as exc:  # a broken probe is no proof of absence: forcing goes ahead
+            result, forced_note = None, f"forced; its probe failed ({_describe_failure(exc)})"
         for e in entries:
             if e is winner:
-                explanation.add(e.name, Outcome.SELECTED, "forced", str(e.provider))
+                outcome = Outcome.SELECTED if result is None or result.claims else Outcome.REJECTED
+                reason = forced_note if result is None or result.claims else f"forced, but {result.reason}"
+                explanation.add(e.name, outcome, reason, str(e.provider))
             else:
                 explanation.add(e.name, Outcome.NOT_CONSIDERED, f"OMNI_PLATFORM={forced}", str(e.provider))
+        if result is not None and not result.claims:
+            explanation.rule = (
+                f"OMNI_PLATFORM={forced} (or the config file's platform) forces platform {winner.name!r}, but its "
+                f"probe says the hardware is absent: {result.reason}. Unset OMNI_PLATFORM (or remove platform "
+                f"from {plugins.settings.config_path}) to let omni choose, or fix the driver or the vendor "
+                "build of torch the probe looks for"
+            )
+            return None, explanation
         explanation.winner, explanation.rule = winner.name, f"forced by OMNI_PLATFORM or config platform={forced}"
         return PlatformChoice(winner, explanation), explanation
 
     claims: list[Registered[PlatformSpec]] = []
     for e in entries:
         try:
-            result = _run_probe(e)
+            result = run_probe(e, timeout, cache_dir)
         except Exception as exc:
-            explanation.add(e.name, Outcome.FAILED, f"probe raised {type(exc).__name__}: {exc}", str(e.provider))
+            explanation.add(e.name, Outcome.FAILED, _describe_failure(exc), str(e.provider))
             continue
         if result.claims:
             claims.append(e)
@@ -207,7 +305,15 @@ def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explana
         else:
             explanation.add(e.name, Outcome.REJECTED, f"does not claim: {result.reason}", str(e.provider))
     if not claims:
-        explanation.rule = "no platform claims this machine; install omni-plugin-cpu or a vendor plugin"
+        disabled = _disabled_platform_plugins(plugins)
+        if disabled:  # the likely cause, with the way back
+            explanation.rule = (
+                f"no platform claims this machine; installed but disabled: {', '.join(disabled)} "
+                "(`omni plugins enable NAME`, or `omni --safe-mode` to run on the built-in plugins)"
+            )
+        else:
+            explanation.rule = "no platform claims this machine; install omni-plugin-cpu or a vendor plugin"
+        explanation.rule += ignored_force
         return None, explanation
     claims.sort(key=lambda e: -e.spec.priority)
     top = [e for e in claims if e.spec.priority == claims[0].spec.priority]
@@ -223,8 +329,18 @@ def explain_platform(plugins: PluginSet) -> tuple[PlatformChoice | None, Explana
         if c.name == winner.name:
             c.outcome = Outcome.SELECTED
     rule = "only claimant" if len(claims) == 1 else f"highest priority ({winner.spec.priority}) among claimants"
-    explanation.winner, explanation.rule = winner.name, rule
+    explanation.winner, explanation.rule = winner.name, rule + ignored_force
     return PlatformChoice(winner, explanation), explanation
+
+
+def _disabled_platform_plugins(plugins: PluginSet) -> list[str]:
+    from omni_core.kinds import Kind
+
+    return [
+        r.name
+        for r in plugins.records
+        if r.status.value == "disabled" and r.manifest is not None and r.manifest.of_kind(Kind.PLATFORM)
+    ]
 
 
 def select_platform(plugins: PluginSet) -> PlatformChoice:
@@ -277,6 +393,8 @@ __all__ = [
     "ProbeResult",
     "current_platform",
     "explain_platform",
+    "probe_timeout",
+    "run_probe",
     "select_platform",
     "use_platform",
 ]

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from omni_core.errors import ModelLoadError, OmniError
 from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
 
 if TYPE_CHECKING:
@@ -112,3 +114,34 @@ class TTSAdapter(abc.ABC):
         first chunk comes before the utterance is done, and so the chunks concatenate to
         exactly what :meth:`generate` returns for the same seed."""
         yield self.generate(prepared, seed)
+
+
+def require_model_type(ctx: AdapterContext, adapter: str, *model_types: str) -> None:
+    """Refuse, before loading, a checkpoint whose ``config.json`` names another ``model_type``
+    (an adapter forced onto a model it does not serve): loaders would otherwise build a model
+    of random weights from it, or fail somewhere deep. Raises :class:`ModelLoadError`."""
+    found = ctx.config.get("model_type")
+    if isinstance(found, str) and found not in model_types:
+        raise ModelLoadError(
+            f"{ctx.model_dir} is not a {adapter} checkpoint: its config.json says model_type {found!r} (the "
+            f"{adapter} adapter loads {', '.join(repr(t) for t in model_types)}); drop --adapter {adapter} to let "
+            "omni detect the adapter that serves it (`omni explain tts --model DIR`)"
+        )
+
+
+@contextlib.contextmanager
+def loading(model_dir: Path | str, what: str) -> Iterator[None]:
+    """Turn a loader's failure (``from_pretrained`` on a damaged or incomplete checkpoint) into
+    a :class:`ModelLoadError` naming ``what`` was loaded from where, and the fix; the original
+    stays chained. Errors omni raises on purpose pass through unchanged."""
+    try:
+        yield
+    except OmniError:
+        raise
+    except Exception as exc:
+        lines = str(exc).strip().splitlines() or [""]
+        cause = " ".join(line.strip() for line in lines[:3])[:600].rstrip(". ")
+        raise ModelLoadError(
+            f"could not load {what} from {model_dir}: {type(exc).__name__}: {cause}. Check that the checkpoint is "
+            "complete and re-download any part that is missing or damaged"
+        ) from exc

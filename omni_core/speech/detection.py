@@ -3,12 +3,12 @@ matches at the same priority are an error naming both plugins, never a silent fi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import OmniError
+from omni_core.inputs import read_checkpoint_json
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
@@ -45,12 +45,20 @@ class ModelIdentity:
                 f"{str(path)!r} has no config.json, so it is not a checkpoint omni can identify; "
                 "point --model at the directory a model's save_pretrained() wrote"
             )
-        try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise TTSDetectionError(f"{config_file}: not valid JSON ({exc})") from None
+        config = read_checkpoint_json(config_file) or {}  # malformed: CheckpointFormatError, naming it
         archs = config.get("architectures") or ()
-        return cls(path, tuple(str(a) for a in archs), config.get("model_type"), model_stage, config)
+        if isinstance(archs, str):
+            archs = (archs,)
+        elif not isinstance(archs, (list, tuple)):
+            archs = ()
+        model_type = config.get("model_type")
+        return cls(
+            path,
+            tuple(str(a) for a in archs),
+            model_type if isinstance(model_type, str) else None,
+            model_stage,
+            config,
+        )
 
 
 def explain_tts(
@@ -98,11 +106,41 @@ def explain_tts(
                 entry.name, Outcome.NOT_CONSIDERED, f"matches too, but at priority {priority}", str(entry.provider)
             )
     if winner is None:
-        known = ", ".join(e.name for e in entries) or "none installed"
+        known = ", ".join(e.name for e in entries) or "none active"
         explanation.rule = f"no TTS adapter serves this model (adapters: {known})"
         return None, explanation
     explanation.winner, explanation.rule = winner.name, "first match in (detect_priority, name) order"
     return winner, explanation
+
+
+def inactive_adapter_hints(plugins: PluginSet, identity: ModelIdentity) -> list[str]:
+    """Installed adapters that would serve ``identity`` but are not active (a disabled plugin,
+    safe mode, a per-kind filter, a broken plugin), each with how to turn it back on. Read from
+    the manifests, so nothing is imported."""
+    from omni_core.discovery import Status
+    from omni_core.generation.resolve import inactive_provider
+    from omni_core.kinds import Kind
+
+    hints = []
+    filtered = plugins.tts_adapters.filtered
+    for record in plugins.records:
+        for declared in record.manifest.of_kind(Kind.TTS_ADAPTER) if record.manifest else []:
+            archs = [str(a) for a in declared.fields.get("model_archs", ())]
+            stages = [str(s) for s in declared.fields.get("stage_keys", ())]
+            if identity.arch and archs:
+                claims = identity.arch in archs
+            else:
+                claims = bool(identity.model_stage) and identity.model_stage in stages
+            if not claims:
+                continue
+            if record.status is not Status.OK:
+                hints.append(f"TTS adapter {declared.name!r}: " + inactive_provider(record))
+            elif declared.name.casefold() in filtered:
+                hints.append(
+                    f"TTS adapter {declared.name!r} ({record.distribution}) serves it but is "
+                    f"{filtered[declared.name.casefold()]}"
+                )
+    return hints
 
 
 def overlapping_adapters(plugins: PluginSet) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Iterator
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
+from omni_core.inputs import check_checkpoint_files
 from omni_core.speech.adapter import AdapterContext, TTSAdapter
 from omni_core.speech.audio import CONTENT_TYPES, Audio, check_format, encode, resample, time_stretch
 from omni_core.speech.detection import ModelIdentity, TTSDetectionError, explain_tts
@@ -135,11 +138,42 @@ class SpeechEngine:
         if not (isinstance(cls, type) and issubclass(cls, TTSAdapter)):
             raise TTSDetectionError(f"{entry.spec.ref} is not a TTSAdapter subclass ({entry.provider})")
         self.adapter_name = entry.name
+        self.provider = str(entry.provider)
+        #: set when an adapter was forced (``--adapter``) onto a model it does not claim
+        self.forced = adapter is not None and not cls.matches(self.identity.model_stage, self.identity.arch)
+        # malformed configs and truncated or corrupt weights are named, with the file, before loading
+        check_checkpoint_files(self.identity.model_dir)
         ctx = AdapterContext(self.identity.model_dir, self.identity.config, self.platform, model_stage)
-        self.adapter: TTSAdapter = cls(ctx)
         start = time.perf_counter()
-        self.adapter.load()
+        with self._failures("loading", ModelLoadError):
+            self.adapter: TTSAdapter = cls(ctx)
+            self.adapter.load()
         self.load_seconds = time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def _failures(self, doing: str, error: type[OmniError]) -> Iterator[None]:
+        """Turn an adapter's own failure into ``error`` naming the adapter, the model and the
+        fix; the original exception stays chained (``OMNI_DEBUG=1`` shows its traceback). The
+        errors omni raises on purpose pass through as they are."""
+        try:
+            yield
+        except OmniError:
+            raise
+        except Exception as exc:
+            model_dir = self.identity.model_dir
+            lines = str(exc).strip().splitlines() or [""]
+            cause = f"{type(exc).__name__}: {' '.join(line.strip() for line in lines[:3])[:600]}".rstrip(". ")
+            if self.forced:
+                fix = (
+                    f"the adapter was chosen with --adapter but does not claim this model "
+                    f"(architectures {list(self.identity.architectures) or 'none'}); drop --adapter to let omni "
+                    "detect the right one (`omni explain tts --model DIR` shows the candidates)"
+                )
+            elif doing == "loading":
+                fix = "check that the checkpoint is complete and re-download any part that is missing or damaged"
+            else:
+                fix = f"rerun with OMNI_DEBUG=1 and report the traceback to {self.provider}"
+            raise error(f"TTS adapter {self.adapter_name!r} failed {doing} {model_dir}: {cause}. Fix: {fix}") from exc
 
     @property
     def capabilities(self) -> TTSCapabilities:
@@ -151,13 +185,14 @@ class SpeechEngine:
             request = SpeechRequest.parse({"input": request})
         elif isinstance(request, dict):
             request = SpeechRequest.parse(request)
-        request = self.adapter.normalize(request)
-        check_request(request, self.capabilities)
-        problem = self.adapter.validate(request)
-        if problem:
-            raise SpeechRequestError(problem)
-        sampling = merge_sampling(self.adapter.default_sampling(), self.adapter.sampling_overrides(request))
-        prepared = self.adapter.build(request, sampling)
+        with self._failures("preparing the request for", ModelRuntimeError):
+            request = self.adapter.normalize(request)
+            check_request(request, self.capabilities)
+            problem = self.adapter.validate(request)
+            if problem:
+                raise SpeechRequestError(problem)
+            sampling = merge_sampling(self.adapter.default_sampling(), self.adapter.sampling_overrides(request))
+            prepared = self.adapter.build(request, sampling)
         prepared.request = request
         seed = request.seed if request.seed is not None else random.SystemRandom().randrange(2**31)
         return request, prepared, seed
@@ -180,9 +215,10 @@ class SpeechEngine:
                 "stream=true asks for chunks: use SpeechEngine.stream() (Omni.stream_speech() in the offline API)"
             )
         start = time.perf_counter()
-        self._seeded(seed)
-        raw = self.adapter.generate(prepared, seed)
-        audio = self._finish(raw, request)
+        with self._failures("synthesising with", ModelRuntimeError):
+            self._seeded(seed)
+            raw = self.adapter.generate(prepared, seed)
+            audio = self._finish(raw, request)
         elapsed = time.perf_counter() - start
         return SpeechResult(
             audio=audio,
@@ -213,8 +249,9 @@ class SpeechEngine:
 
     def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         # seeded when iteration starts, so streams created side by side do not share a seed
-        self._seeded(seed)
-        yield from self.adapter.stream(prepared, seed)
+        with self._failures("synthesising with", ModelRuntimeError):
+            self._seeded(seed)
+            yield from self.adapter.stream(prepared, seed)
 
     def explain(self) -> Explanation:
         return self.explanation

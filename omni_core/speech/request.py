@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from omni_core.errors import OmniError
+from omni_core.inputs import check_seed
 
 AudioFormat = Literal["wav", "pcm", "flac", "mp3"]
 AUDIO_FORMATS: tuple[str, ...] = ("wav", "pcm", "flac", "mp3")
@@ -37,6 +38,7 @@ class SpeechRequest(BaseModel):
     #: reference audio for voice cloning: a path to an audio file
     ref_audio: str | None = None
     ref_text: str | None = None
+    #: the range is :data:`omni_core.inputs.SEED_LIMIT`'s, shared with image and video generation
     seed: int | None = None
     stream: bool = False
     max_new_tokens: int | None = Field(default=None, ge=1)
@@ -49,6 +51,11 @@ class SpeechRequest(BaseModel):
             problems = "; ".join(_describe(e) for e in exc.errors())
             raise SpeechRequestError(f"invalid speech request: {problems}") from None
 
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, v: Any) -> Any:
+        return check_seed(v)
+
     @field_validator("voice", "language", "instructions", "ref_audio", "ref_text")
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
@@ -59,8 +66,8 @@ def _describe(error: Any) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "request"
     if error["type"] == "extra_forbidden":
         return f"unknown field {where!r} (known: {', '.join(SpeechRequest.model_fields)})"
-    if error["type"] == "literal_error":
-        return f"{where}: {error['msg']}"
+    if error["type"] == "value_error":  # our own validators' messages say it all
+        return str(error["ctx"]["error"])
     return f"{where}: {error['msg']}"
 
 

@@ -16,29 +16,13 @@ from omni_core.discovery import PluginRecord, Status, discover
 from omni_core.errors import LazyImportError, OmniError
 from omni_core.kinds import Kind
 from omni_core.lazy import LazyRef
+from omni_core.plugins import HEAVY_IMPORT_FIX
+from omni_core.plugins import HEAVY_MODULES as _HEAVY_MODULES
 from omni_core.registry import Registered
 
 #: modules whose presence after discovery means a plugin imported something heavy or touched
-#: a driver: torch and friends, vendor SDKs, kernels and web frameworks
-HEAVY_MODULES = (
-    "torch",
-    "vllm",
-    "diffusers",
-    "transformers",
-    "tensorflow",
-    "jax",
-    "pynvml",
-    "amdsmi",
-    "torch_npu",
-    "intel_extension_for_pytorch",
-    "flash_attn",
-    "flashinfer",
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "aiohttp",
-    "flask",
-)
+#: a driver; one list, shared with ``omni doctor`` (which reports the same at every load)
+HEAVY_MODULES = _HEAVY_MODULES
 
 
 def isolated_settings(only: str | None = None) -> Settings:
@@ -147,8 +131,7 @@ def check_import_light(name: str) -> list[str]:
     heavy = sorted(m for m in HEAVY_MODULES if m in modules)
     if heavy:
         problems.append(
-            f"discovering and registering {name!r} (and running its probes) imported {heavy}; "
-            "import them inside the referenced modules instead"
+            f"discovering and registering {name!r} (and running its probes) imported {heavy}; {HEAVY_IMPORT_FIX}"
         )
     hook_module = record.module
     hook_parents = {hook_module.rsplit(".", i)[0] for i in range(hook_module.count(".") + 1)}
@@ -169,7 +152,7 @@ CapabilityCheck = Callable[[Registered[Any], Any], list[str]]
 
 
 def _check_platform(entry: Registered[Any], obj: Any) -> list[str]:
-    from omni_core.platforms import Platform, ProbeResult
+    from omni_core.platforms import Platform
 
     if not (isinstance(obj, type) and issubclass(obj, Platform)):
         return [f"platform {entry.name!r}: {entry.spec.ref} is not a subclass of omni_core.platforms.Platform"]
@@ -181,10 +164,14 @@ def _check_platform(entry: Registered[Any], obj: Any) -> list[str]:
         problems.append(f"platform class name attribute {getattr(obj, 'name', None)!r} != registered {entry.name!r}")
     if not isinstance(getattr(obj, "device_type", None), str):
         problems.append(f"platform {entry.name!r}: device_type must be a string")
-    result = LazyRef(entry.spec.probe).resolve()()
-    if not isinstance(result, (bool, ProbeResult)):
-        problems.append(f"platform {entry.name!r}: probe returned {type(result).__name__}, not ProbeResult or bool")
-    claims = result if isinstance(result, bool) else getattr(result, "claims", False)
+    # the probe runs as omni runs it: under the time bound, its exits contained
+    from omni_core.guard import describe
+    from omni_core.platforms import probe_timeout, run_probe
+
+    try:
+        claims = run_probe(entry, probe_timeout()).claims
+    except Exception as exc:
+        return [*problems, f"platform {entry.name!r}: the probe failed: {describe(exc)}"]
     if claims and not problems:  # the hardware is here, so the platform must answer about it
         platform = obj()
         if platform.device_count() < 1:

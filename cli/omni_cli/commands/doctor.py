@@ -10,7 +10,8 @@ from typing import Any
 
 import typer
 
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, table
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, echo, emit_json, table
+from omni_core.text import shell_arg
 
 #: a plugin whose hook module takes longer than this to import is reported as slow
 SLOW_HOOK_IMPORT_S = 0.5
@@ -28,15 +29,26 @@ def _version(dist: str) -> str | None:
 def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Check the environment, platform and every plugin; exit 1 if anything needs fixing."""
     from omni_core import PLUGIN_API_VERSION, __version__
+    from omni_core.breadcrumb import remembered_crashes
     from omni_core.config import Settings
+    from omni_core.discovery import Status, discover
+    from omni_core.guard import contained, describe
     from omni_core.platforms import explain_platform
-    from omni_core.plugins import load_plugins
+    from omni_core.plugins import HEAVY_IMPORT_FIX, load_plugins
     from omni_core.state import HealthStore
 
     settings = Settings.from_env()
+    problems: list[dict[str, str]] = []
+    # Said before loading: a plugin that ended the last run (os._exit) may end this one too.
+    # Only for plugins still installed and enabled: disabling one is how the user settles it.
+    active = {(r.name, r.distribution, r.version) for r in discover(settings) if r.status is not Status.DISABLED}
+    for crash in remembered_crashes(settings.cache_dir):
+        if (crash["plugin"], crash["distribution"], crash["version"]) not in active:
+            continue
+        echo(f"warning: {crash['reason']}; {crash['fix']}", err=True)
+        problems.append({"problem": crash["reason"], "fix": crash["fix"]})
     # Doctor reports problems rather than stopping at the first, strict mode or not.
     plugin_set = load_plugins(dataclasses.replace(settings, strict=False))
-    problems: list[dict[str, str]] = []
 
     report: dict[str, Any] = {
         "python": {"version": _platform.python_version(), "executable": sys.executable},
@@ -63,13 +75,14 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         problems.append({"problem": explanation.rule, "fix": "install a platform plugin, or set OMNI_PLATFORM"})
     else:
         try:
-            platform = choice.instantiate()
-            report["hardware"] = platform.facts()
-            report["attention"] = _attention(plugin_set, platform, problems)
+            with contained():  # the platform's and the backends' code is plugin code
+                platform = choice.instantiate()
+                report["hardware"] = platform.facts()
+                report["attention"] = _attention(plugin_set, platform, problems)
         except Exception as exc:
             problems.append(
                 {
-                    "problem": f"platform {choice.name!r} failed to describe the hardware: {type(exc).__name__}: {exc}",
+                    "problem": f"platform {choice.name!r} failed to describe the hardware: {describe(exc)}",
                     "fix": "check the vendor build of torch and the driver (`omni explain platform`), "
                     f"or reinstall {choice.entry.provider.distribution}",
                 }
@@ -86,10 +99,19 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                 "reason": r.reason,
                 "fix": r.fix,
                 "import_seconds": r.import_seconds,
+                "heavy_imports": list(r.heavy_imports),
             }
         )
         if r.status.is_problem:
             problems.append({"problem": r.problem(), "fix": r.fix})
+        if r.heavy_imports:
+            problems.append(
+                {
+                    "problem": f"plugin {r.name!r} ({r.distribution} {r.version}) imports "
+                    f"{', '.join(r.heavy_imports)} when it registers, so every omni command pays for it",
+                    "fix": f"in the plugin: {HEAVY_IMPORT_FIX}",
+                }
+            )
         elif r.import_seconds is not None and r.import_seconds > SLOW_HOOK_IMPORT_S:
             problems.append(
                 {
@@ -104,7 +126,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                 )
     report["plugins"] = plugins
     for c in plugin_set.conflicts:
-        problems.append({"problem": c.message(), "fix": f"omni plugins pin {c.kind.value} {c.name} DISTRIBUTION"})
+        problems.append(
+            {"problem": c.message(), "fix": f"omni plugins pin {c.kind.value} {shell_arg(c.name)} DISTRIBUTION"}
+        )
     from omni_core.speech.detection import overlapping_adapters
 
     for overlap in overlapping_adapters(plugin_set):
@@ -189,7 +213,6 @@ def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -
 
 
 def _print(report: dict[str, Any]) -> None:
-    echo = typer.echo
     echo(f"python      {report['python']['version']}  ({report['python']['executable']})")
     o = report["omni"]
     echo(f"omni        core {o['core']}, cli {o['cli']}, plugin API {o['plugin_api']}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, fail
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, echo, emit_json, fail
 
 app = OmniTyper(help="Explain how omni chose something: candidates, rejections, winner.", no_args_is_help=True)
 
@@ -23,11 +23,11 @@ def explain_platform_cmd(as_json: bool = typer.Option(False, "--json", help="Mac
     if as_json:
         emit_json(explanation.to_dict())
     else:
-        typer.echo(explanation.render())
+        echo(explanation.render())
     if choice is None:
         raise typer.Exit(EXIT_PROBLEMS)
     if plugins.settings.strict and explanation.failures:
-        typer.echo("error: a platform probe failed (OMNI_STRICT_PLUGINS=1)", err=True)
+        echo("error: a platform probe failed (OMNI_STRICT_PLUGINS=1)", err=True)
         raise typer.Exit(EXIT_STRICT)
 
 
@@ -51,13 +51,19 @@ def explain_attention_cmd(
 
     from omni_core.attention.config import AttentionConfig
     from omni_core.attention.selector import CallProfile, describe_backends, explain_attention
-    from omni_core.platforms import select_platform
+    from omni_core.platforms import PlatformChoice, select_platform
     from omni_core.plugins import load_plugins
+    from omni_core.selection import Explanation
 
     if platform:
-        os.environ["OMNI_PLATFORM"] = platform
+        os.environ["OMNI_PLATFORM"] = platform  # what plugins see in omni_configure
     plugins = load_plugins()
-    chosen_platform = select_platform(plugins).instantiate()
+    if platform:
+        # explaining for another machine: the platform is used without its hardware, so its
+        # probe is not asked (a forced OMNI_PLATFORM would refuse absent hardware)
+        chosen_platform = PlatformChoice(plugins.platforms.get(platform), Explanation("platform")).instantiate()
+    else:
+        chosen_platform = select_platform(plugins).instantiate()
     attention = AttentionConfig.parse(config or None, backend=backend or None)
     call = CallProfile(head_size=head_size or None, dtype=dtype or None, mask=mask)
     results = []
@@ -77,8 +83,8 @@ def explain_attention_cmd(
         )
     else:
         shown = f"head_size={head_size or 'any'} dtype={dtype or 'any'} mask={mask}"
-        typer.echo(f"platform {chosen_platform.name}; call: {shown}\n")
-        typer.echo("\n\n".join(e.render() for e in results))
+        echo(f"platform {chosen_platform.name}; call: {shown}\n")
+        echo("\n\n".join(e.render() for e in results))
     if failed:
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -114,9 +120,9 @@ def explain_tts_cmd(
             }
         )
     else:
-        typer.echo(explanation.render())
+        echo(explanation.render())
         for problem in overlaps:
-            typer.echo(f"warning: {problem}", err=True)
+            echo(f"warning: {problem}", err=True)
     if choice is None:
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -172,10 +178,10 @@ def explain_model_cmd(
         )
         return
     for explanation in explanations.values():
-        typer.echo(explanation.render())
-        typer.echo("")
+        echo(explanation.render())
+        echo("")
     frames = f", frames {profile.frames_rule()} (default {profile.default_frames} at {profile.default_fps} fps)"
-    typer.echo(
+    echo(
         f"{resolution.family} ({profile.task}): default {profile.default_width}x{profile.default_height}, "
         f"sizes multiples of {profile.size_multiple}, {profile.default_steps} steps, guidance "
         f"{profile.default_guidance if profile.uses_guidance else 'not used'}" + (frames if profile.is_video else "")

@@ -30,8 +30,9 @@ def default_model_dir() -> Path:
 
 
 def embedded_default(plugins: Any) -> Path:
-    """The embedded default checkpoint, made now if missing or made by another plugin version."""
-    from omni_cli.commands.models import make_tiny, read_marker
+    """The embedded default checkpoint, made now if missing or made by another plugin version
+    (once, under a lock, when several processes start at once)."""
+    from omni_cli.commands.models import ensure_tiny
     from omni_core.errors import OmniError
 
     if DEFAULT_IMAGE_FAMILY not in plugins.models:
@@ -40,12 +41,8 @@ def embedded_default(plugins: Any) -> Path:
             f"{plugins.models.why_missing(DEFAULT_IMAGE_FAMILY)}. Install it with `pip install omni-plugin-flux` "
             "(from a checkout: `pip install -e omni_plugins/flux`), or pass --model DIR"
         )
-    entry = plugins.models.get(DEFAULT_IMAGE_FAMILY)
     directory = default_model_dir()
-    marker = read_marker(directory)
-    if marker is None or marker.get("provider") != str(entry.provider):
-        typer.echo(f"making the embedded default: a tiny {DEFAULT_IMAGE_FAMILY} checkpoint in {directory} ...")
-        make_tiny(plugins, DEFAULT_IMAGE_FAMILY, directory, seed=DEFAULT_IMAGE_SEED, force=True)
+    ensure_tiny(plugins, DEFAULT_IMAGE_FAMILY, directory, seed=DEFAULT_IMAGE_SEED)
     return directory
 
 
@@ -89,17 +86,17 @@ def generate(
 ) -> None:
     """Generate an image (or a video) from PROMPT with the model family that serves the checkpoint."""
     from omni_cli.commands.models import read_marker
-    from omni_core.api import Omni
+    from omni_core.api import Omni, identify_model
     from omni_core.errors import OmniError
+    from omni_core.fsutil import check_writable_dir
+    from omni_core.generation.model import validate_request
+    from omni_core.generation.outputs import plan_outputs
     from omni_core.generation.recipe import load_recipe
     from omni_core.generation.request import GenerationRequest
-    from omni_core.generation.resolve import resolve_model
     from omni_core.plugins import get_plugins
 
     if image is not None and not image.is_file():
         raise fail(f"input image {str(image)!r} is not a file")
-    if out is not None and not out.parent.is_dir():
-        raise fail(f"cannot write {out}: directory {str(out.parent)!r} does not exist")
     fields: dict[str, Any] = {
         "negative_prompt": negative_prompt,
         "width": width,
@@ -128,16 +125,22 @@ def generate(
         if default:
             size = {"width": DEFAULT_IMAGE_SIZE, "height": DEFAULT_IMAGE_SIZE}
             request = GenerationRequest.parse({**size, **request.model_dump(exclude_unset=True)})
-        elif not model_dir.is_dir():
-            raise OmniError(f"model directory {str(model_dir)!r} does not exist")
-        # every rule that needs only the family's profile, checked before any weight is loaded
-        resolution = resolve_model(
-            plugins,
-            model_dir,
-            model_class_name=model_class_name,
-            recipe_pin=loaded_recipe.model_class_name if loaded_recipe else None,
-        )
-        resolution.entry.load().profile_for(model_dir).resolve(request)
+        # Everything that needs no weights is checked before any weight loads: what serves the
+        # model (JSON only), the request against the family's rules (its profile and its own
+        # checks of --extra values), and where the outputs go.
+        served = identify_model(model_dir, plugins=plugins, model_class_name=model_class_name, recipe=loaded_recipe)
+        if served.modality != "generation" or served.resolution is None:
+            raise OmniError(
+                f"{model_dir} is {served.describe()}; `omni generate` makes images and videos. "
+                f'Speak with it instead: omni speak "TEXT" --model {model_dir}'
+            )
+        resolved = validate_request(served.resolution.entry.load(), model_dir, request)
+        # the seed is drawn now (when not given) so the output names are known before loading
+        request = GenerationRequest.parse({**request.model_dump(exclude_unset=True), "seed": resolved.seed})
+        kind = "video" if resolved.is_video else "image"
+        stem = f"{served.name}-seed{resolved.seed}"
+        targets = plan_outputs(out, fmt, kind, resolved.num_outputs, stem=stem)
+        check_writable_dir(targets[0].parent, targets[0])
         options: dict[str, Any] = {"plugins": plugins, "progress": progress, "dtype": dtype}
         if model_class_name:
             options["model_class_name"] = model_class_name

@@ -66,13 +66,25 @@ def families(plugins: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: bool = False) -> Path:
-    """Write a tiny checkpoint of ``family`` to ``directory``: built in a scratch directory
-    beside it and moved into place, so an interrupted run leaves nothing half-written."""
-    import shutil
-    import tempfile
+#: files that mark a directory as a checkpoint, which ``make-tiny --force`` may replace
+CHECKPOINT_FILES = (MARKER, "model_index.json", "config.json")
 
+
+def is_checkpoint(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def make_tiny(
+    plugins: Any, family: str, directory: Path, seed: int = 0, force: bool = False, force_any: bool = False
+) -> Path:
+    """Write a tiny checkpoint of ``family`` to ``directory``: built in a scratch directory
+    beside it and swapped into place at the end (:func:`omni_core.fsutil.replace_dir`), so an
+    interrupted or failed run leaves the old directory (or none) exactly as it was.
+
+    ``force`` replaces an existing checkpoint; ``force_any`` replaces any non-empty directory
+    (``force`` alone refuses one that is not a checkpoint: a home or a folder of photos)."""
     from omni_core.errors import OmniError, UnknownExtensionError
+    from omni_core.fsutil import FileWriteError, replace_dir
 
     if family in plugins.tts_adapters:
         entry, layout_file = plugins.tts_adapters.get(family), "config.json"
@@ -88,25 +100,57 @@ def make_tiny(plugins: Any, family: str, directory: Path, seed: int = 0, force: 
     if not _has_maker(cls):
         raise OmniError(f"{entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)")
     directory = directory.expanduser()
-    if directory.exists() and any(directory.iterdir()):
-        if not force:
-            raise OmniError(f"{directory} exists and is not empty; choose another directory or pass --force")
-        shutil.rmtree(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-    try:
-        cls.make_tiny(scratch, seed=seed)
+    if directory.exists() and not directory.is_dir():
+        raise FileWriteError(f"{directory} is a file, not a directory; choose a directory for the checkpoint")
+    if directory.is_dir() and any(directory.iterdir()):
+        if not (force or force_any):
+            raise OmniError(
+                f"{directory} exists and is not empty; choose another directory, or pass --force to replace "
+                "the checkpoint in it"
+            )
+        if not force_any and not is_checkpoint(directory):
+            raise OmniError(
+                f"{directory} is not a checkpoint (it has no {', '.join(CHECKPOINT_FILES)}), so --force will not "
+                "replace it; choose another directory, or pass --force-any to delete everything in it and "
+                "write the checkpoint there"
+            )
+
+    def build(scratch: Path) -> None:
+        try:
+            cls.make_tiny(scratch, seed=seed)
+        except OmniError:
+            raise
+        except Exception as exc:  # plugin code: its failure is named, the old directory is untouched
+            raise OmniError(
+                f"{entry.name}.make_tiny ({entry.provider}) failed: {type(exc).__name__}: {exc}; "
+                f"nothing was written to {directory}"
+            ) from None
         if not (scratch / layout_file).is_file():
-            raise OmniError(f"{entry.name}.make_tiny wrote no {layout_file} to {scratch}")
+            raise OmniError(f"{entry.name}.make_tiny ({entry.provider}) wrote no {layout_file}")
         marker = {"family": entry.name, "seed": seed, "provider": str(entry.provider), "random_weights": True}
         (scratch / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-        if directory.exists():
-            directory.rmdir()
-        scratch.rename(directory)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    return directory
+
+    return replace_dir(directory, build, replace=True)
+
+
+def ensure_tiny(plugins: Any, family: str, directory: Path, seed: int) -> bool:
+    """Make the tiny checkpoint of ``family`` at ``directory`` unless it is there, made by the
+    installed provider; True if it was made now. Safe to call from many processes at once:
+    one makes it under a lock, the others wait and then use it."""
+    from omni_core.fsutil import ensure_dir, file_lock
+
+    provider = str(
+        (plugins.tts_adapters.get(family) if family in plugins.tts_adapters else plugins.models.get(family)).provider
+    )
+    if (read_marker(directory) or {}).get("provider") == provider:
+        return False
+    ensure_dir(directory.parent, fix="set OMNI_CACHE_DIR to a writable directory (it holds the embedded default)")
+    with file_lock(directory.parent / f".{directory.name}.lock"):
+        if (read_marker(directory) or {}).get("provider") == provider:
+            return False  # another process made it while this one waited for the lock
+        typer.echo(f"making the embedded default: a tiny {family} checkpoint in {directory} ...")
+        make_tiny(plugins, family, directory, seed=seed, force_any=True)  # omni's own cache directory
+    return True
 
 
 def read_marker(directory: Path) -> dict[str, Any] | None:
@@ -159,14 +203,17 @@ def make_tiny_cmd(
     family: str = typer.Argument(..., help="Family name (`omni models list`): a TTS adapter or a model family."),
     directory: Path = typer.Argument(..., help="Directory to write the checkpoint to (new or empty)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the random weights."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty directory."),
+    force: bool = typer.Option(False, "--force", help="Replace the checkpoint already in DIRECTORY."),
+    force_any: bool = typer.Option(
+        False, "--force-any", help="Replace DIRECTORY even if it is not a checkpoint (deletes what is in it)."
+    ),
 ) -> None:
     """Write a tiny random-weight checkpoint of FAMILY in its standard layout."""
     from omni_core.errors import OmniError
     from omni_core.plugins import get_plugins
 
     try:
-        path = make_tiny(get_plugins(), family, directory, seed=seed, force=force)
+        path = make_tiny(get_plugins(), family, directory, seed=seed, force=force, force_any=force_any)
     except OmniError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, emit_json, fail, table
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, echo, emit_json, fail, table
+from omni_core.text import shell_arg
 
 app = OmniTyper(help="List, inspect, enable, disable and pin installed plugins.", no_args_is_help=True)
 
@@ -50,24 +51,24 @@ def list_plugins(
         for r in shown:
             data = inventory.record_dict(r)
             rows.append((r.name, r.distribution, r.version, data["status"], _provides_summary(data)))
-        typer.echo(
+        echo(
             table(("plugin", "distribution", "version", "status", "provides"), rows) if rows else "no plugins installed"
         )
         if show_all:
             for r in shown:
                 data = inventory.record_dict(r)
                 for p in data["provides"]:
-                    typer.echo(f"  {r.name}: {p['kind']} {p['name']} -> {p['ref']} (priority {p['priority']})")
+                    echo(f"  {r.name}: {p['kind']} {p['name']} -> {p['ref']} (priority {p['priority']})")
         for r in shown:
             data = inventory.record_dict(r)
             if data["status"] not in ("ok", "disabled"):
-                typer.echo(f"\n{r.name}: {data['status']}: {data['reason']}\n  fix: {data['fix'] or '-'}")
+                echo(f"\n{r.name}: {data['status']}: {data['reason']}\n  fix: {data['fix'] or '-'}")
         for c in inventory.conflicts:
-            typer.echo(f"\nconflict: {c.message()}")
+            echo(f"\nconflict: {c.message()}")
         if hidden:
-            typer.echo(f"\n{hidden} disabled plugin(s) hidden; --all shows them")
+            echo(f"\n{hidden} disabled plugin(s) hidden; --all shows them")
         if not inventory.loaded:
-            typer.echo("\n(read from declared metadata; `omni plugins list --load` or `omni doctor` checks imports)")
+            echo("\n(read from declared metadata; `omni plugins list --load` or `omni doctor` checks imports)")
     if inventory.settings.strict and problems:
         raise typer.Exit(EXIT_STRICT)
 
@@ -86,8 +87,11 @@ def show(
     if not matches:
         known = ", ".join(r.name for r in inventory.records) or "none"
         raise fail(f"no plugin named {name!r} is installed (installed: {known})")
-    record = matches[0]
+    # a built-in's name cannot be taken: show the built-in, and name any other that tried
+    matches.sort(key=lambda r: not r.builtin)
+    record, others = matches[0], matches[1:]
     data = inventory.record_dict(record)
+    data["same_name"] = [inventory.record_dict(r) for r in others]
     timings = dict((data.get("last_load") or {}).get("imports") or {})
     if do_import:
         from omni_core.errors import LazyImportError
@@ -106,17 +110,22 @@ def show(
     if as_json:
         emit_json(data)
         return
-    typer.echo(f"{record.name}  ({record.distribution} {record.version})")
-    typer.echo(f"  {data['description']}" if data["description"] else "")
-    typer.echo(f"  status:       {data['status']}" + (f" - {data['reason']}" if data["reason"] else ""))
+    echo(f"{record.name}  ({record.distribution} {record.version})")
+    echo(f"  {data['description']}" if data["description"] else "")
+    echo(f"  status:       {data['status']}" + (f" - {data['reason']}" if data["reason"] else ""))
     if data["fix"]:
-        typer.echo(f"  fix:          {data['fix']}")
-    typer.echo(f"  hook module:  {record.module}")
-    typer.echo(f"  omni_api:     {data['omni_api']}   built-in: {'yes' if record.builtin else 'no'}")
+        echo(f"  fix:          {data['fix']}")
+    echo(f"  hook module:  {record.module}")
+    echo(f"  omni_api:     {data['omni_api']}   built-in: {'yes' if record.builtin else 'no'}")
     if data["requires_hardware"]:
-        typer.echo(f"  hardware:     {', '.join(data['requires_hardware'])}")
+        echo(f"  hardware:     {', '.join(data['requires_hardware'])}")
     for w in data["warnings"]:
-        typer.echo(f"  warning:      {w}")
+        echo(f"  warning:      {w}")
+    for other in data["same_name"]:
+        echo(
+            f"  same name:    {other['name']} ({other['distribution']} {other['version']}): {other['status']}"
+            + (f" - {other['reason']}" if other["reason"] else "")
+        )
     rows = []
     for p in data["provides"]:
         seconds = timings.get(p["ref"])
@@ -125,10 +134,10 @@ def show(
     if record.module in timings and isinstance(timings[record.module], float):
         rows.append(("hooks", record.name, record.module, "", f"{timings[record.module] * 1000:.1f} ms"))
     if rows:
-        typer.echo("")
-        typer.echo(table(("kind", "name", "ref", "priority", "import time"), rows))
+        echo("")
+        echo(table(("kind", "name", "ref", "priority", "import time"), rows))
     for ref, err in (data.get("import_errors") or {}).items():
-        typer.echo(f"\nimport of {ref} failed: {err}")
+        echo(f"\nimport of {ref} failed: {err}")
     if data.get("import_errors"):
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -139,7 +148,9 @@ def _set_disabled(name: str, disabled: bool) -> None:
 
     settings = Settings.from_env()
     config = UserConfig.load(settings.config_path)
-    installed = {r.name.casefold() for r in discover(settings)}
+    records = discover(settings)
+    installed = {r.name.casefold() for r in records}
+    builtin = next((r for r in records if r.builtin and r.name.casefold() == name.casefold()), None)
     current = [d for d in config.disabled if d.casefold() != name.casefold()]
     if disabled:
         current.append(name)
@@ -149,7 +160,13 @@ def _set_disabled(name: str, disabled: bool) -> None:
     state = "disabled" if disabled else "enabled"
     note = "" if name.casefold() in installed else " (no plugin of that name is installed right now)"
     unchanged = " already" if was == disabled else ""
-    typer.echo(f"{name} is{unchanged} {state}{note}; saved to {config.path}")
+    echo(f"{name} is{unchanged} {state}{note}; saved to {config.path}")
+    if disabled and builtin is not None:
+        echo(
+            f"note: {builtin.name!r} is the built-in plugin ({builtin.distribution}); without it omni has no "
+            f"embedded default. `omni --safe-mode` still loads it, and `omni plugins enable {shell_arg(name)}` "
+            "undoes this"
+        )
 
 
 @app.command("disable")
@@ -184,7 +201,7 @@ def pin(
         del table_[k]  # names are case-insensitive: re-pinning replaces, never adds a rival key
     table_[name] = distribution
     config.save()
-    typer.echo(f"{parsed.label} {name} pinned to {distribution}; saved to {config.path}")
+    echo(f"{parsed.label} {name} pinned to {distribution}; saved to {config.path}")
 
 
 @app.command("unpin")
@@ -206,7 +223,7 @@ def unpin(
     for k in removed:
         del table_[k]
     config.save()
-    typer.echo(f"{parsed.label} {name}: " + ("pin removed" if removed else "was not pinned"))
+    echo(f"{parsed.label} {name}: " + ("pin removed" if removed else "was not pinned"))
 
 
 @app.command("freeze")
@@ -219,4 +236,4 @@ def freeze() -> None:
         {f"{r.distribution}=={r.version}" for r in inventory.records if inventory.effective_status(r)[0] == "ok"}
     )
     for line in lines:
-        typer.echo(line)
+        echo(line)

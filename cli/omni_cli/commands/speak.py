@@ -28,8 +28,9 @@ def default_model_dir() -> Path:
 
 
 def embedded_default(plugins: Any) -> Path:
-    """The embedded default checkpoint, made now if missing or made by another plugin version."""
-    from omni_cli.commands.models import make_tiny, read_marker
+    """The embedded default checkpoint, made now if missing or made by another plugin version
+    (once, under a lock, when several processes start at once)."""
+    from omni_cli.commands.models import ensure_tiny
     from omni_core.errors import OmniError
 
     if DEFAULT_TTS_FAMILY not in plugins.tts_adapters:
@@ -39,27 +40,41 @@ def embedded_default(plugins: Any) -> Path:
             f"`pip install omni-plugin-{DEFAULT_TTS_FAMILY}` (from a checkout: "
             f"`pip install -e omni_plugins/{DEFAULT_TTS_FAMILY}`), or pass --model DIR"
         )
-    entry = plugins.tts_adapters.get(DEFAULT_TTS_FAMILY)
     directory = default_model_dir()
-    marker = read_marker(directory)
-    if marker is None or marker.get("provider") != str(entry.provider):
-        typer.echo(f"making the embedded default: a tiny {DEFAULT_TTS_FAMILY} checkpoint in {directory} ...")
-        make_tiny(plugins, DEFAULT_TTS_FAMILY, directory, seed=DEFAULT_TTS_SEED, force=True)
+    ensure_tiny(plugins, DEFAULT_TTS_FAMILY, directory, seed=DEFAULT_TTS_SEED)
     return directory
 
 
 class ChunkWriter:
-    """Writes streamed chunks to a file as they arrive, with a correct header at the end."""
+    """Writes streamed chunks to a file as they arrive, with a correct header at the end.
+
+    The chunks go to a temporary file beside ``path``; :meth:`close` renames it into place
+    and :meth:`abort` (on any failure) deletes it, so a failed or killed stream never leaves
+    a truncated file where a good one was (a killed run's temporary file is swept by the
+    next write of the same name)."""
 
     def __init__(self, path: Path, fmt: str) -> None:
         self.path, self.fmt = path, fmt
         self._out: Any = None
+        self._commit: Any = None  # the atomic_output context of the temporary file
 
     def write(self, chunk: Any) -> None:
-        from omni_core.speech.audio import encode
+        from omni_core.fsutil import FileWriteError, describe_os_error
 
         if self._out is None:
             self._open(chunk.sample_rate, chunk.channels)
+        try:
+            self._write(chunk)
+        except OSError as exc:  # disk full, a size limit: named, and the caller aborts
+            raise FileWriteError(describe_os_error(exc, self.path)) from None
+        except RuntimeError as exc:
+            if not type(exc).__module__.startswith("soundfile"):
+                raise
+            raise FileWriteError(f"cannot write {self.path}: {exc}") from None  # libsndfile's own errors
+
+    def _write(self, chunk: Any) -> None:
+        from omni_core.speech.audio import encode
+
         if self.fmt == "wav":
             self._out.writeframes(encode(chunk, "pcm"))
         elif self.fmt == "pcm":
@@ -73,26 +88,67 @@ class ChunkWriter:
             self._out.write(chunk.samples)
 
     def _open(self, rate: int, channels: int) -> None:
-        if self.fmt == "pcm":
-            self._out = self.path.open("wb")
-        elif self.fmt == "wav":
-            import wave
+        from omni_core.fsutil import FileWriteError, atomic_output, describe_os_error
 
-            self._out = wave.open(str(self.path), "wb")  # the header's sizes are patched on close
-            self._out.setnchannels(channels)
-            self._out.setsampwidth(2)
-            self._out.setframerate(rate)
-        else:
-            import soundfile  # type: ignore[import-untyped]
+        commit = atomic_output(self.path)
+        tmp = commit.__enter__()  # FileWriteError here names the path and why
+        self._commit = commit
+        try:
+            if self.fmt == "pcm":
+                self._out = tmp.open("wb")
+            elif self.fmt == "wav":
+                import wave
 
-            subtype = "PCM_16" if self.fmt == "flac" else "MPEG_LAYER_III"
-            self._out = soundfile.SoundFile(
-                str(self.path), "w", samplerate=rate, channels=channels, format=self.fmt.upper(), subtype=subtype
-            )
+                self._out = wave.open(str(tmp), "wb")  # the header's sizes are patched on close
+                self._out.setnchannels(channels)
+                self._out.setsampwidth(2)
+                self._out.setframerate(rate)
+            else:
+                import soundfile  # type: ignore[import-untyped]
+
+                subtype = "PCM_16" if self.fmt == "flac" else "MPEG_LAYER_III"
+                self._out = soundfile.SoundFile(
+                    str(tmp), "w", samplerate=rate, channels=channels, format=self.fmt.upper(), subtype=subtype
+                )
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, OSError):
+                raise FileWriteError(describe_os_error(exc, self.path)) from None
+            raise
 
     def close(self) -> None:
+        """Finish the file and move it into place."""
+        if self._commit is None:
+            return
+        from omni_core.fsutil import FileWriteError, describe_os_error
+
+        try:
+            if self._out is not None:
+                self._out.close()
+                self._out = None
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, OSError):
+                raise FileWriteError(describe_os_error(exc, self.path)) from None
+            raise
+        commit, self._commit = self._commit, None
+        commit.__exit__(None, None, None)  # the rename; raises FileWriteError if it cannot
+
+    def abort(self) -> None:
+        """Drop the temporary file; what was at ``path`` before stays as it was."""
+        import contextlib
+
+        from omni_core.errors import OmniError
+
         if self._out is not None:
-            self._out.close()
+            with contextlib.suppress(Exception):
+                self._out.close()
+            self._out = None
+        if self._commit is not None:
+            commit, self._commit = self._commit, None
+            reason = OmniError("stream aborted")
+            with contextlib.suppress(Exception):
+                commit.__exit__(type(reason), reason, None)  # removes the temporary file
 
 
 def speak(
@@ -118,8 +174,9 @@ def speak(
 ) -> None:
     """Speak TEXT through the TTS adapter that serves the model, and write an audio file."""
     from omni_cli.commands.models import read_marker
-    from omni_core.api import Omni
+    from omni_core.api import Omni, identify_model
     from omni_core.errors import OmniError
+    from omni_core.fsutil import check_writable_dir
     from omni_core.plugins import get_plugins
     from omni_core.speech.request import AUDIO_FORMATS, SpeechRequest
 
@@ -148,16 +205,27 @@ def speak(
     if speed != 1.0:
         fields["speed"] = speed
     path = out if out is not None else Path(f"speech.{fmt}")
-    if not path.parent.is_dir():
-        raise fail(f"cannot write {path}: directory {str(path.parent)!r} does not exist")
 
     try:
-        # the rules that need no model (format, ranges, unknown fields) before anything loads
+        # Everything that needs no weights is checked before any weight loads: the request's
+        # own rules (format, ranges, the seed, unknown fields), where the audio goes, and what
+        # serves the model (JSON only: an image checkpoint is refused here, not after loading).
         SpeechRequest.parse({"input": text, **fields})
+        if path.is_dir():
+            raise OmniError(
+                f"cannot write {path}: it is a directory; --out takes a file name, e.g. {path / ('speech.' + fmt)}"
+            )
+        check_writable_dir(path.parent, path)
         plugins = get_plugins()
         default = model is None
         model_dir = embedded_default(plugins) if default else model
         assert model_dir is not None
+        served = identify_model(model_dir, plugins=plugins, adapter=adapter, expect="speech")
+        if served.modality != "speech":
+            raise OmniError(
+                f"{model_dir} is {served.describe()}, not a speech model; `omni speak` makes audio. "
+                f'Generate with it instead: omni generate "PROMPT" --model {model_dir}'
+            )
         omni = Omni(model_dir, adapter=adapter, plugins=plugins)
         if default:
             typer.echo(
@@ -186,7 +254,9 @@ def _speak_whole(omni: Any, text: str, fields: dict[str, Any], path: Path) -> No
     start = time.perf_counter()
     result = omni.speak(text, **fields)
     elapsed = time.perf_counter() - start
-    path.write_bytes(result.data)
+    from omni_core.fsutil import atomic_write
+
+    atomic_write(path, result.data)  # a temporary name, then a rename: never a truncated file
     meta = result.metadata
     _rows(
         [
@@ -216,8 +286,10 @@ def _speak_streaming(omni: Any, text: str, fields: dict[str, Any], path: Path) -
                 first = time.perf_counter() - start
             writer.write(chunk)
             count, frames, rate, channels = count + 1, frames + chunk.frames, chunk.sample_rate, chunk.channels
-    finally:
-        writer.close()
+    except BaseException:
+        writer.abort()  # a failed stream leaves the old file, not a truncated one
+        raise
+    writer.close()
     elapsed = time.perf_counter() - start
     if count == 0:
         raise OmniError(f"adapter {omni.adapter!r} streamed no audio for this text")

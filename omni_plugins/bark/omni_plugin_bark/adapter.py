@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from omni_core.speech.adapter import AdapterContext, TTSAdapter
+from omni_core.speech.adapter import AdapterContext, TTSAdapter, loading, require_model_type
 from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
 
 if TYPE_CHECKING:
@@ -164,17 +164,21 @@ class BarkAdapter(TTSAdapter):
         import torch
         from transformers import BarkModel, BarkProcessor
 
+        require_model_type(self.ctx, self.name, "bark")
         platform = self.ctx.platform
         self._device = platform.device() if platform is not None else torch.device("cpu")
         model_dir = str(self.ctx.model_dir)
-        self._model = BarkModel.from_pretrained(model_dir, local_files_only=True).to(self._device).eval()
+        with loading(model_dir, "the Bark model"):
+            self._model = BarkModel.from_pretrained(model_dir, local_files_only=True).to(self._device).eval()
         # speaker embeddings are read here from the files capabilities() checked, not by the
         # processor (which would resolve them against the hub-style repo_or_path per request)
-        self._processor = BarkProcessor.from_pretrained(model_dir, speaker_embeddings_dict_path=None)
-        self._presets = {
-            voice: {key: np.load(path, allow_pickle=False) for key, path in files.items()}
-            for voice, files in self._voice_files().items()
-        }
+        with loading(model_dir, "the Bark processor"):
+            self._processor = BarkProcessor.from_pretrained(model_dir, speaker_embeddings_dict_path=None)
+        with loading(model_dir, f"the Bark voice presets ({SPEAKER_EMBEDDINGS_FILE})"):
+            self._presets = {
+                voice: {key: np.load(path, allow_pickle=False) for key, path in files.items()}
+                for voice, files in self._voice_files().items()
+            }
 
     def _loaded(self) -> Any:
         if self._model is None:
@@ -189,6 +193,16 @@ class BarkAdapter(TTSAdapter):
     # --- requests ---------------------------------------------------------------------------------
 
     def validate(self, request: SpeechRequest) -> str | None:
+        # text the tokenizer reads as nothing, or as unknown tokens only, would be "spoken" as
+        # whatever the model babbles: refused instead
+        self._loaded()
+        tokenizer = self._processor.tokenizer
+        ids = tokenizer(request.input, add_special_tokens=False)["input_ids"]
+        if not any(i not in {tokenizer.unk_token_id, *tokenizer.all_special_ids} for i in ids):
+            return (
+                "input has nothing this model's tokenizer can read (it is empty once tokenised, or every "
+                "character maps to the unknown token); write the text in a language the model speaks"
+            )
         limit = self._max_semantic_tokens()
         if request.max_new_tokens is not None and request.max_new_tokens > limit:
             return (

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.attention.selector import AttentionChoice, CallProfile, explain_attention
-from omni_core.errors import OmniError
+from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
 from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, GenerationMetadata, GenerationResult
 from omni_core.generation.request import GenerationRequest
 from omni_core.offload import OffloadChoice, OffloadPlan, choose_offloader
@@ -39,8 +39,7 @@ if TYPE_CHECKING:
 TINY_MARKER = "omni-tiny.json"
 
 
-class ModelLoadError(OmniError):
-    """The checkpoint could not be loaded: the message names the component and the cause."""
+__all__ = ["DiffusionEngine", "ModelLoadError", "StartupPlan", "plan_startup"]
 
 
 @dataclass
@@ -117,7 +116,14 @@ class DiffusionEngine:
                 self.router.attach(name, module)
         self.offloader: Offloader | None = None
         if startup.offload is None:
-            self.pipeline.to(self.device)
+            try:
+                self.pipeline.to(self.device)
+            except Exception as exc:  # out of device memory, mostly
+                raise ModelLoadError(
+                    f"could not place {self.family} ({self.model_dir}) on {self.device}: {type(exc).__name__}: "
+                    f"{_first_line(exc)}. If the device is out of memory, use --offload (`omni plugins list` "
+                    "shows the strategies) or a smaller --dtype"
+                ) from exc
         else:
             offload_options = {
                 "blocking": self.platform.blocking_offload_copies,
@@ -135,15 +141,44 @@ class DiffusionEngine:
     def _load(self) -> Any:
         import torch
 
+        from omni_core.inputs import check_checkpoint_files
+
+        # malformed configs and truncated or corrupt weights are named, with the file, before
+        # diffusers reads them (its own errors range from vague to stack traces)
+        check_checkpoint_files(self.model_dir)
         cls = self.family_cls.pipeline_type()
         try:
             return cls.from_pretrained(str(self.model_dir), dtype=getattr(torch, self.dtype), local_files_only=True)
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise ModelLoadError(
-                f"could not load {self.model_dir} as {self.family_cls.pipeline_class} ({self.family}): "
-                f"{type(exc).__name__}: {exc}. Check that the directory is a complete diffusers checkpoint "
-                "(model_index.json and one folder per component)."
-            ) from exc
+        except Exception as exc:  # any loader failure is this checkpoint's problem; the cause stays chained
+            raise ModelLoadError(self._load_failure(exc)) from exc
+
+    def _load_failure(self, exc: Exception) -> str:
+        """Why loading failed, and the fix: a forced family that does not match the checkpoint
+        says so; anything else points at the checkpoint's completeness."""
+        from omni_core.generation.resolve import Checkpoint
+
+        pipeline_class = self.family_cls.pipeline_class
+        message = (
+            f"could not load {self.model_dir} as {pipeline_class} ({self.family}): "
+            f"{type(exc).__name__}: {_first_line(exc)}"
+        ).rstrip(". ")
+        resolution = self.options.resolution
+        rule = getattr(resolution, "rule", "")
+        try:
+            declared = Checkpoint(self.model_dir).class_name
+        except OmniError:
+            declared = None
+        if rule in ("explicit", "recipe") and declared and declared != pipeline_class:
+            source = "--model-class-name" if rule == "explicit" else "the recipe's model_class_name"
+            return (
+                f"{message}. {source} chose {self.family} ({pipeline_class}), but the checkpoint's model_index.json "
+                f"names {declared}: drop {source} to let omni pick the family, or name one that serves {declared} "
+                "(`omni models list`)"
+            )
+        return (
+            f"{message}. Check that the directory is a complete diffusers checkpoint (model_index.json and one "
+            "folder per component), and re-download any part that is missing or damaged"
+        )
 
     def offload_plan(self) -> OffloadPlan:
         """The family's declarations over the loaded components; the offloader validates them
@@ -162,16 +197,21 @@ class DiffusionEngine:
     def generate(self, request: GenerationRequest) -> GenerationResult:
         import torch
 
-        resolved = self.profile.resolve(request)
-        self.family_cls.check_request(resolved, self.pipeline)
+        # the same rules `omni generate` checked before loading, so the API gets them too
+        resolved = self.family_cls.validate(self.model_dir, request, self.pipeline)
         kwargs = self.family_cls.call_kwargs(resolved, self.pipeline)
         # a CPU generator makes the initial noise identical on every device for a given seed
         kwargs["generator"] = torch.Generator(device="cpu").manual_seed(resolved.seed)
         kwargs["output_type"] = "np"
         self.router.calls.clear()
         started = time.perf_counter()
-        with torch.inference_mode():
-            output = self.pipeline(**kwargs)
+        try:
+            with torch.inference_mode():
+                output = self.pipeline(**kwargs)
+        except OmniError:
+            raise
+        except Exception as exc:  # the runtime's own failure: named, with the cause chained for OMNI_DEBUG=1
+            raise ModelRuntimeError(self._run_failure(exc)) from exc
         seconds = time.perf_counter() - started
         metadata = GenerationMetadata(
             model=str(self.model_dir),
@@ -190,6 +230,17 @@ class DiffusionEngine:
             return GenerationResult(images=[], videos=videos, metadata=metadata)
         images = [GeneratedImage(_to_uint8(img), index=i) for i, img in enumerate(output.images)]
         return GenerationResult(images=images, videos=[], metadata=metadata)
+
+    def _run_failure(self, exc: Exception) -> str:
+        text = _first_line(exc)
+        message = f"{self.family} ({self.model_dir}) failed while generating: {type(exc).__name__}: {text}".rstrip(". ")
+        if "out of memory" in text.lower():
+            return f"{message}. Lower --width/--height, -n or --frames, or use --offload"
+        return (
+            f"{message}. Check that the checkpoint matches the family (`omni explain model --model "
+            f"{self.model_dir}`); if it does, rerun with OMNI_DEBUG=1 and report the traceback to "
+            f"{self.options.provider or 'the family plugin'}"
+        )
 
     def explain(self) -> dict[str, Explanation]:
         return dict(self.explanations)
@@ -212,3 +263,10 @@ def _to_uint8(array: Any) -> Any:
     if arr.dtype != np.uint8:
         arr = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
     return np.ascontiguousarray(arr)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, cut to its first few lines (loaders print whole tables)."""
+    lines = str(exc).strip().splitlines() or [""]
+    text = " ".join(line.strip() for line in lines[:3])
+    return text if len(text) <= 600 else text[:600] + "..."

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from omni_core.generation.model import EngineOptions
-    from omni_core.generation.request import GenerationProfile, ResolvedGeneration
+    from omni_core.generation.request import GenerationProfile, GenerationRequest, ResolvedGeneration
     from omni_core.selection import Explanation
     from omni_plugin_diffusion.engine import DiffusionEngine
 
@@ -135,7 +135,18 @@ class DiffusersFamily:
 
     @classmethod
     def check_request(cls, request: ResolvedGeneration, pipeline: Any) -> None:
-        """Family-specific checks beyond the profile (before compute); raise GenerationOptionError."""
+        """Family-specific checks beyond the profile (``--extra`` values, option combinations);
+        raise GenerationOptionError. Runs before any weight loads, where ``pipeline`` is None
+        (``omni generate`` checks the request before opening the model), so decide from the
+        request and the class, not from the loaded pipeline."""
+
+    @classmethod
+    def validate(cls, model_dir: Path, request: GenerationRequest, pipeline: Any = None) -> ResolvedGeneration:
+        """Every rule a request must meet, without loading: the checkpoint's profile, then
+        :meth:`check_request` (see :func:`omni_core.generation.model.validate_request`)."""
+        resolved = cls.profile_for(Path(model_dir)).resolve(request)
+        cls.check_request(resolved, pipeline)
+        return resolved
 
     @classmethod
     def call_kwargs(cls, request: ResolvedGeneration, pipeline: Any) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from omni_core.errors import OmniError
+from omni_core.errors import ModelLoadError
 from omni_core.speech import (
     AdapterContext,
     PreparedRequest,
@@ -44,6 +44,7 @@ from omni_core.speech import (
     TTSAdapter,
     TTSCapabilities,
 )
+from omni_core.speech.adapter import loading, require_model_type
 from omni_core.speech.text import segment_text
 from omni_plugin_speecht5.voices import read_voice_names
 
@@ -65,7 +66,7 @@ _CLONING_MESSAGE = (
 )
 
 
-class SpeechT5CheckpointError(OmniError):
+class SpeechT5CheckpointError(ModelLoadError):
     """The checkpoint directory lacks a part SpeechT5 needs (the vocoder, the voices)."""
 
 
@@ -144,15 +145,19 @@ class SpeechT5Adapter(TTSAdapter):
         from omni_plugin_speecht5.voices import load_voices
 
         # the parts transformers would otherwise report with less helpful errors
+        require_model_type(self.ctx, self.name, "speecht5")
         self._vocoder_dir()
         read_voice_names(self.model_dir)
         platform = self.ctx.platform
         self.device = platform.device(0) if platform is not None else torch.device("cpu")
-        self.processor = SpeechT5Processor.from_pretrained(self.model_dir)
-        self.model = SpeechT5ForTextToSpeech.from_pretrained(self.model_dir).to(self.device).eval()
-        self.vocoder = (
-            SpeechT5HifiGan.from_pretrained(self.model_dir, subfolder=VOCODER_SUBFOLDER).to(self.device).eval()
-        )
+        with loading(self.model_dir, "the SpeechT5 processor"):
+            self.processor = SpeechT5Processor.from_pretrained(self.model_dir)
+        with loading(self.model_dir, "the SpeechT5 model"):
+            self.model = SpeechT5ForTextToSpeech.from_pretrained(self.model_dir).to(self.device).eval()
+        with loading(self.model_dir, f"the SpeechT5 vocoder ({VOCODER_SUBFOLDER}/)"):
+            self.vocoder = (
+                SpeechT5HifiGan.from_pretrained(self.model_dir, subfolder=VOCODER_SUBFOLDER).to(self.device).eval()
+            )
         config = self.model.config
         self.reduction_factor = int(config.reduction_factor)
         self.speaker_embedding_dim = int(config.speaker_embedding_dim)
@@ -173,6 +178,20 @@ class SpeechT5Adapter(TTSAdapter):
             # Said here, before the runtime's generic "cannot clone" rule, so the caller learns why.
             raise SpeechRequestError(_CLONING_MESSAGE.format(voices=", ".join(self.capabilities().voices)))
         return super().normalize(request)
+
+    def validate(self, request: SpeechRequest) -> str | None:
+        # SpeechT5's character tokenizer maps what it does not know to <unk>: text made only of
+        # such characters would be spoken as noise, so it is refused instead
+        self._require_loaded()
+        tokenizer = self.processor.tokenizer
+        ids = tokenizer(request.input, add_special_tokens=False)["input_ids"]
+        blank = {tokenizer.unk_token_id, tokenizer.convert_tokens_to_ids("\u2581"), *tokenizer.all_special_ids}
+        if not any(i not in blank for i in ids):
+            return (
+                "input has no character this model's tokenizer knows (each one maps to its unknown token); "
+                f"write the text in the model's language ({', '.join(LANGUAGES)})"
+            )
+        return None
 
     def default_sampling(self) -> dict[str, Any]:
         return dict(DEFAULT_SAMPLING)

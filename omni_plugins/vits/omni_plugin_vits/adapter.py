@@ -28,8 +28,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from omni_core.errors import OmniError
-from omni_core.speech.adapter import AdapterContext, TTSAdapter
+from omni_core.errors import ModelLoadError
+from omni_core.speech.adapter import AdapterContext, TTSAdapter, loading, require_model_type
 from omni_core.speech.audio import Audio
 from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
 from omni_core.speech.text import split_sentences
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 _VOICE = re.compile(r"^speaker_(\d+)$")
 
 
-class VitsLoadError(OmniError):
+class VitsLoadError(ModelLoadError):
     """A VITS checkpoint that cannot be served as it is; the message says what to install or fix."""
 
 
@@ -131,14 +131,17 @@ class VitsAdapter(TTSAdapter):
             from omni_core.platforms import current_platform
 
             platform = current_platform()
-        tokenizer = VitsTokenizer.from_pretrained(model_dir)
+        require_model_type(self.ctx, self.name, "vits")
+        with loading(model_dir, "the VITS tokenizer"):
+            tokenizer = VitsTokenizer.from_pretrained(model_dir)
         if tokenizer.phonemize and not is_phonemizer_available():
             raise VitsLoadError(
                 f"{model_dir}: this checkpoint's tokenizer phonemizes its input (phonemize=true in "
                 "tokenizer_config.json), which needs the phonemizer package and espeak-ng: "
                 "pip install phonemizer, and install espeak-ng with your system's package manager"
             )
-        model = VitsModel.from_pretrained(model_dir, use_safetensors=True)
+        with loading(model_dir, "the VITS model"):
+            model = VitsModel.from_pretrained(model_dir, use_safetensors=True)
         device = platform.device()
         model.to(device).eval()
         self.tokenizer, self.model, self.device = tokenizer, model, device
