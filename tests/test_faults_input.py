@@ -415,3 +415,20 @@ def test_the_seed_rule_is_one_rule() -> None:
         with pytest.raises(SpeechRequestError, match="out of range") as speech:
             SpeechRequest.parse({"input": "x", "seed": seed})
         assert str(gen.value).split(": ", 1)[1] == str(speech.value).split(": ", 1)[1]
+
+
+#: what diffusers and transformers print on their own while they load, save or run a model
+THIRD_PARTY_NOISE = ("[transformers]", "Writing model shards", "Loading weights", "requires torchvision", "deprecated")
+
+
+@pytest.mark.parametrize("family", ["flux1-schnell", "bark"])
+def test_no_third_party_noise_when_making_loading_and_running(family: str, home: Path, tmp_path: Path) -> None:
+    """A user reads omni's lines only: the libraries' advisories and per-file bars stay off."""
+    made = omni(home, "models", "make-tiny", family, str(tmp_path / "m"), cwd=tmp_path)
+    assert made.returncode == 0, output(made)
+    verb = ("generate", "a fox", "--out", "x.png") if family == "flux1-schnell" else ("speak", "hi", "--out", "x.wav")
+    ran = omni(home, verb[0], verb[1], "--model", str(tmp_path / "m"), *verb[2:], "--seed", "1", cwd=tmp_path)
+    assert ran.returncode == 0, output(ran)
+    for result in (made, ran):
+        noise = [n for n in THIRD_PARTY_NOISE if n in output(result)]
+        assert not noise, f"third-party output reached the user ({noise}):\n{output(result)}"

@@ -185,7 +185,9 @@ def add_plugin_commands(target: typer.Typer) -> None:
         settings = Settings.from_env()
         records = discover(settings, installed_plugins(settings))
     except Exception as exc:  # a bad config file must not take --help down
-        echo(f"warning: plugin commands unavailable: {exc}", err=True)
+        # a command reports a bad config itself, as its error; only the root help would hide it
+        if _root_help_requested(sys.argv[1:]):
+            echo(f"warning: plugin commands unavailable: {exc}", err=True)
         return
     seen: set[str] = set()
     for record in records:
@@ -203,6 +205,12 @@ def add_plugin_commands(target: typer.Typer) -> None:
                 help=help_text,
                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
             )(_plugin_command(declared.name, help_text))
+
+
+def _root_help_requested(argv: list[str]) -> bool:
+    """Whether this run shows ``omni --help`` (no command given), where plugin commands appear."""
+    commands = [a for a in argv if not a.startswith("-")]
+    return not commands
 
 
 def _early_root_flags(argv: list[str]) -> None:

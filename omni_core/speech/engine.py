@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
 from omni_core.inputs import check_checkpoint_files
+from omni_core.quiet import quiet_libraries
 from omni_core.speech.adapter import AdapterContext, TTSAdapter
 from omni_core.speech.audio import CONTENT_TYPES, Audio, check_format, encode, resample, time_stretch
 from omni_core.speech.detection import ModelIdentity, TTSDetectionError, explain_tts
@@ -145,7 +146,7 @@ class SpeechEngine:
         check_checkpoint_files(self.identity.model_dir)
         ctx = AdapterContext(self.identity.model_dir, self.identity.config, self.platform, model_stage)
         start = time.perf_counter()
-        with self._failures("loading", ModelLoadError):
+        with self._failures("loading", ModelLoadError), quiet_libraries():
             self.adapter: TTSAdapter = cls(ctx)
             self.adapter.load()
         self.load_seconds = time.perf_counter() - start
@@ -215,7 +216,7 @@ class SpeechEngine:
                 "stream=true asks for chunks: use SpeechEngine.stream() (Omni.stream_speech() in the offline API)"
             )
         start = time.perf_counter()
-        with self._failures("synthesising with", ModelRuntimeError):
+        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
             self._seeded(seed)
             raw = self.adapter.generate(prepared, seed)
             audio = self._finish(raw, request)
@@ -249,7 +250,7 @@ class SpeechEngine:
 
     def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         # seeded when iteration starts, so streams created side by side do not share a seed
-        with self._failures("synthesising with", ModelRuntimeError):
+        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
             self._seeded(seed)
             yield from self.adapter.stream(prepared, seed)
 

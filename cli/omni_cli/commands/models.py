@@ -85,6 +85,7 @@ def make_tiny(
     (``force`` alone refuses one that is not a checkpoint: a home or a folder of photos)."""
     from omni_core.errors import OmniError, UnknownExtensionError
     from omni_core.fsutil import FileWriteError, replace_dir
+    from omni_core.quiet import quiet_libraries
 
     if family in plugins.tts_adapters:
         entry, layout_file = plugins.tts_adapters.get(family), "config.json"
@@ -117,7 +118,8 @@ def make_tiny(
 
     def build(scratch: Path) -> None:
         try:
-            cls.make_tiny(scratch, seed=seed)
+            with quiet_libraries():  # the libraries' save bars and advisories are not omni's output
+                cls.make_tiny(scratch, seed=seed)
         except OmniError:
             raise
         except Exception as exc:  # plugin code: its failure is named, the old directory is untouched

@@ -142,13 +142,15 @@ class DiffusionEngine:
         import torch
 
         from omni_core.inputs import check_checkpoint_files
+        from omni_core.quiet import quiet_libraries
 
         # malformed configs and truncated or corrupt weights are named, with the file, before
         # diffusers reads them (its own errors range from vague to stack traces)
         check_checkpoint_files(self.model_dir)
-        cls = self.family_cls.pipeline_type()
         try:
-            return cls.from_pretrained(str(self.model_dir), dtype=getattr(torch, self.dtype), local_files_only=True)
+            with quiet_libraries(progress=self.options.progress):
+                cls = self.family_cls.pipeline_type()
+                return cls.from_pretrained(str(self.model_dir), dtype=getattr(torch, self.dtype), local_files_only=True)
         except Exception as exc:  # any loader failure is this checkpoint's problem; the cause stays chained
             raise ModelLoadError(self._load_failure(exc)) from exc
 

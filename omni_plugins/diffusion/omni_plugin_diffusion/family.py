@@ -83,8 +83,11 @@ class DiffusersFamily:
     def make_tiny(cls, directory: Path, seed: int = 0) -> None:
         """Save a tiny random-weight checkpoint in the standard diffusers layout
         (``model_index.json``, one folder per component, safetensors weights)."""
-        pipeline = cls.pipeline_type()(**cls.tiny_components(seed))
-        pipeline.save_pretrained(str(directory), safe_serialization=True)
+        from omni_core.quiet import quiet_libraries
+
+        with quiet_libraries():
+            pipeline = cls.pipeline_type()(**cls.tiny_components(seed))
+            pipeline.save_pretrained(str(directory), safe_serialization=True)
 
     # -- running -----------------------------------------------------------------------------
 
