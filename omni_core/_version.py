@@ -3,10 +3,24 @@
 The package version moves with every release; the plugin API version moves only when the
 contract in :mod:`omni_core.hookspecs` (or the registrar and base-class signatures it names)
 changes. Plugins declare the API range they support, never a core package version.
+
+What changed, by plugin API version (docs/authoring/index.md, "Plugin API versions", says the same):
+
+* **1.1** - a plugin whose registrations are static declares them once, in
+  ``omni_plugin.toml``; its hook module is ``from omni_core.declared import *`` (hooks that
+  register exactly what the manifest declares, via ``Registrar.register_declared()``). Such a
+  plugin declares ``omni_api = ">=1.1,<2"``. The identity class attributes (``name``,
+  ``stage_keys``, ``model_archs``, ``detect_priority``, ``device_types``) are set on the classes
+  from the registration (:mod:`omni_core.identity`); a class that states one differently fails to
+  load with ``DeclarationMismatchError``. ``PluginRecord`` has ``notes`` and ``traceback`` beside
+  ``warnings``. Nothing was removed: 1.0 plugins (hand-written hooks plus a manifest, class
+  attributes that agree with it) keep working unchanged.
+* **1.0** - the first contract: entry point ``omni.plugins``, ``omni_plugin.toml``, the
+  ``omni_register_*`` hooks with typed registrars, ``omni_configure``.
 """
 
 __version__ = "0.1.0"
 
 #: The version of the plugin contract. Minor bumps add hooks or optional fields (old plugins
 #: keep working); a major bump breaks compatibility.
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import ModelNotServedError as ModelNotServedError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
     from omni_core.selection import Explanation
     from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
     from omni_core.speech.request import SpeechRequest, TTSCapabilities
-
-
-class ModelNotServedError(OmniError):
-    """No installed plugin serves the model directory (or the API it was asked for)."""
 
 
 #: options :class:`Omni` passes on to the engine of a speech model
@@ -208,8 +205,10 @@ class Omni:
     * image and video: ``model_class_name`` (a family or pipeline class, beating the
       checkpoint's own), ``recipe`` (a path or :class:`~omni_core.generation.recipe.Recipe`),
       ``attention`` (an :class:`~omni_core.attention.config.AttentionConfig`, dict or JSON),
-      ``attention_backend`` (shorthand for its default; ``OMNI_ATTENTION_BACKEND`` when
-      unset), ``offload`` (a strategy name) and ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``.
+      ``attention_backend`` (shorthand for its default), ``offload`` (a strategy name) and
+      ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``. Each beats the
+      recipe's setting, which beats the environment (``OMNI_ATTENTION_BACKEND``), which beats
+      the defaults: the same order as the command line (``EngineOptions.build`` decides both).
 
     A user's mistake or a bad checkpoint raises an :class:`~omni_core.errors.OmniError`
     subclass: :class:`ModelNotServedError`, ``ModelResolutionError``,

@@ -1,5 +1,13 @@
 """Settings that steer plugin loading: environment variables plus the persistent user config.
 
+**One precedence, one reader.** Every setting with more than one source takes the first of:
+explicit choices (command-line flags, a program's arguments: :class:`Overrides`) > a recipe
+(engine settings only) > the environment > the config file > defaults. This module is the one
+place that reads the environment (:meth:`Settings.from_env`, :meth:`EngineSettings.from_env`,
+:func:`probe_timeout`, :func:`debugging`, :func:`config_dir`, :func:`cache_dir`); everything
+else is handed the resulting objects. Nothing in omni writes ``os.environ``: the ``omni`` command hands its
+``--strict`` / ``--safe-mode`` flags over with :func:`use_overrides`.
+
 Environment (each overrides the config file):
 
 ==============================  =============================================================
@@ -12,6 +20,8 @@ Environment (each overrides the config file):
 ``OMNI_DISABLE_<KIND>S=x``      per-kind deny-list, e.g. ``OMNI_DISABLE_ATTENTION_BACKENDS``
 ``OMNI_PLATFORM=name``          force one platform instead of probing (its probe still runs:
                                 absent hardware is an error that quotes the probe)
+``OMNI_ATTENTION_BACKEND=NAME``  attention backend for every role, below ``--attention-backend``
+                                / ``Omni(attention_backend=)`` and a recipe's attention
 ``OMNI_PROBE_TIMEOUT=5``        seconds each platform probe may take before it is recorded
                                 as failed (default 5)
 ``OMNI_CONFIG_DIR``             where ``config.toml`` lives (default ``~/.config/omni``)
@@ -213,6 +223,84 @@ def _copy_pins(pins: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str
     return {k: dict(v) for k, v in pins.items()}
 
 
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in _TRUE
+
+
+def debugging(environ: Mapping[str, str] | None = None) -> bool:
+    """``OMNI_DEBUG=1``: print the traceback of an error. Read when an error is shown, not
+    through :class:`Settings`: the error being shown may be that settings could not be read."""
+    env = os.environ if environ is None else environ
+    return _flag(env.get("OMNI_DEBUG"))
+
+
+#: how long a platform probe may take before it is recorded as failed (``OMNI_PROBE_TIMEOUT``)
+DEFAULT_PROBE_TIMEOUT_S = 5.0
+
+
+def probe_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds each platform probe may take: ``OMNI_PROBE_TIMEOUT``, default 5."""
+    import math
+
+    env = os.environ if environ is None else environ
+    raw = env.get("OMNI_PROBE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"OMNI_PROBE_TIMEOUT={raw!r} is not a number of seconds above 0; set it to e.g. 5, or unset it"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Explicit choices, the top of the precedence: they beat the environment and the config
+    file. The ``omni`` command's ``--strict`` / ``--safe-mode`` flags, or a program's own
+    arguments. ``None``: not given, the environment decides."""
+
+    strict: bool | None = None
+    safe_mode: bool | None = None
+    platform: str | None = None
+
+
+_OVERRIDES = Overrides()
+
+
+def use_overrides(overrides: Overrides) -> None:
+    """Apply ``overrides`` to every :func:`current_settings` of this process. The ``omni``
+    command calls it once with its flags, instead of writing them into ``os.environ`` (where
+    every child process would inherit them, and a reader of the environment would take a flag
+    for the user's environment)."""
+    global _OVERRIDES
+    _OVERRIDES = overrides
+
+
+def current_settings() -> Settings:
+    """This process's settings: the environment and config file under the process's
+    :class:`Overrides` (:func:`use_overrides`). Read afresh each call, so a config file changed
+    by ``omni plugins disable`` in this process counts."""
+    return Settings.from_env(overrides=_OVERRIDES)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The environment's layer of how a model runs. Explicit arguments and the recipe come first
+    (:meth:`omni_core.generation.model.EngineOptions.build`), the platform's defaults last."""
+
+    #: ``OMNI_ATTENTION_BACKEND``: the attention backend of every role none of the above chose
+    attention_backend: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
+        env = os.environ if environ is None else environ
+        return cls(attention_backend=(env.get("OMNI_ATTENTION_BACKEND") or "").strip() or None)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that decides which plugins load and who wins a name."""
@@ -230,8 +318,11 @@ class Settings:
     cache_dir: Path = field(default_factory=cache_dir)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, overrides: Overrides | None = None) -> Settings:
+        """Settings from ``environ`` (default: this process's) and the config file it points at,
+        under ``overrides`` (explicit choices beat both)."""
         env = os.environ if environ is None else environ
+        given = overrides if overrides is not None else Overrides()
         path = config_dir(env) / CONFIG_FILENAME
         user = UserConfig.load(path)
         allow_plugins = _names(env.get("OMNI_PLUGINS")) or None
@@ -244,14 +335,14 @@ class Settings:
             for name, dist in table.items()
         }
         return cls(
-            strict=env.get("OMNI_STRICT_PLUGINS", "").strip().lower() in _TRUE,
-            safe_mode=env.get("OMNI_SAFE_MODE", "").strip().lower() in _TRUE,
+            strict=given.strict if given.strict is not None else _flag(env.get("OMNI_STRICT_PLUGINS")),
+            safe_mode=given.safe_mode if given.safe_mode is not None else _flag(env.get("OMNI_SAFE_MODE")),
             allow_plugins=allow_plugins,
             deny_plugins=frozenset(deny),
             allow_by_kind=allow_by_kind,
             deny_by_kind=deny_by_kind,
             pins=pins,
-            platform=(env.get("OMNI_PLATFORM") or user.platform or None),
+            platform=(given.platform or env.get("OMNI_PLATFORM") or user.platform or None),
             config_path=path,
             cache_dir=cache_dir(env),
         )

@@ -19,6 +19,19 @@ from omni_core.text import shell_arg
 
 
 @dataclass(frozen=True)
+class Provider:
+    """Who provides something: plugin, distribution, version. ``str()`` of it is the one way
+    omni names a provider, in listings, conflicts and errors alike."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
+
+
+@dataclass(frozen=True)
 class Offer:
     """One plugin offering one name of one kind."""
 
@@ -35,8 +48,12 @@ class Offer:
         return (self.kind, self.name.casefold())
 
     @property
+    def who(self) -> Provider:
+        return Provider(self.plugin, self.distribution, self.version)
+
+    @property
     def provider(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
+        return str(self.who)
 
 
 @dataclass

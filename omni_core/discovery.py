@@ -20,6 +20,7 @@ from typing import Any
 
 from omni_core._version import PLUGIN_API_VERSION
 from omni_core.config import Settings, normalize_dist
+from omni_core.conflicts import Provider
 from omni_core.errors import ManifestError
 from omni_core.kinds import Kind
 from omni_core.manifest import Manifest, ManifestCache, read_manifest
@@ -48,6 +49,9 @@ class Status(enum.StrEnum):
     IMPORT_FAILED = "import-failed"
     HOOK_FAILED = "hook-failed"
     METADATA_MISMATCH = "metadata-mismatch"  # registered something other than it declared
+    #: an earlier run ended (os._exit) while loading it; only ever read back from the health
+    #: store (omni_core.breadcrumb writes it), never the outcome of a load in this process
+    CRASHED = "crashed"
 
     def __str__(self) -> str:
         return self.value
@@ -75,7 +79,14 @@ class PluginRecord:
     #: set when the plugin was imported in this process
     loaded: bool = False
     import_seconds: float | None = None
+    #: something is wrong but the plugin still works (an unknown hook, a heavy import, a crash in
+    #: an earlier run): a problem in strict mode only where said
     warnings: list[str] = field(default_factory=list)
+    #: plain information (left out by OMNI_PLUGINS but hardware kept, what was also wrong with a
+    #: disabled plugin, another distribution refused for using its name)
+    notes: list[str] = field(default_factory=list)
+    #: the end of the traceback of a failed hook, for ``omni plugins show`` and ``--json``
+    traceback: str = ""
     #: heavy modules (torch, ...) that appeared while it was imported and registered
     heavy_imports: list[str] = field(default_factory=list)
 
@@ -84,8 +95,12 @@ class PluginRecord:
         return normalize_dist(self.distribution) in BUILTIN_DISTRIBUTIONS
 
     @property
+    def who(self) -> Provider:
+        return Provider(self.name, self.distribution, self.version)
+
+    @property
     def provider(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.name!r})"
+        return str(self.who)
 
     def fail(self, status: Status, reason: str, fix: str = "") -> None:
         self.status, self.reason, self.fix = status, reason, fix
@@ -115,16 +130,52 @@ class PluginRecord:
             "requires_hardware": list(self.manifest.requires_hardware) if self.manifest else [],
             "provides": provides,
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "traceback": self.traceback,
             "heavy_imports": list(self.heavy_imports),
         }
 
 
 @functools.lru_cache(maxsize=64)
-def api_compatible(spec: str) -> bool:
-    """Whether a plugin's ``omni_api`` range admits this core's plugin API version."""
+def api_compatible(spec: str, version: str = PLUGIN_API_VERSION) -> bool:
+    """Whether a plugin's ``omni_api`` range admits ``version`` (this core's plugin API by
+    default). Raises ``ValueError`` (packaging's InvalidSpecifier) for a malformed range."""
     from packaging.specifiers import SpecifierSet
 
-    return SpecifierSet(spec).contains(PLUGIN_API_VERSION, prereleases=True)
+    return SpecifierSet(spec).contains(version, prereleases=True)
+
+
+@dataclass(frozen=True)
+class ApiCheck:
+    """The one verdict on a plugin's ``omni_api`` range: discovery, ``omni install`` and the
+    conformance kit all use :func:`check_api_range`, so they say the same thing."""
+
+    ok: bool
+    #: ``incompatible`` or ``invalid-manifest`` when not ok
+    status: Status | None = None
+    reason: str = ""
+    fix: str = ""
+
+
+def check_api_range(omni_api: str, distribution: str = "the plugin") -> ApiCheck:
+    """Whether ``omni_api`` admits this core's plugin API, and if not, why and the fix."""
+    try:
+        ok = api_compatible(omni_api)
+    except Exception:
+        return ApiCheck(
+            False,
+            Status.INVALID_MANIFEST,
+            f"omni_api {omni_api!r} is not a version range",
+            'write a range such as omni_api = ">=1.1,<2"',
+        )
+    if ok:
+        return ApiCheck(True)
+    return ApiCheck(
+        False,
+        Status.INCOMPATIBLE,
+        f"supports omni plugin API {omni_api}, this core provides {PLUGIN_API_VERSION}",
+        f"upgrade the plugin (pip install -U {distribution}) or install a matching omni-core",
+    )
 
 
 @dataclass(frozen=True)
@@ -236,21 +287,10 @@ def discover(settings: Settings, installed: Sequence[Installed] | None = None) -
 
 def _apply_api_range(record: PluginRecord) -> None:
     assert record.manifest is not None
-    try:
-        ok = api_compatible(record.manifest.omni_api)
-    except Exception:
-        record.fail(
-            Status.INVALID_MANIFEST,
-            f"omni_api {record.manifest.omni_api!r} is not a version range",
-            'write a range such as omni_api = ">=1.0,<2"',
-        )
-        return
-    if not ok:
-        record.fail(
-            Status.INCOMPATIBLE,
-            f"supports omni plugin API {record.manifest.omni_api}, this core provides {PLUGIN_API_VERSION}",
-            f"upgrade the plugin (pip install -U {record.distribution}) or install a matching omni-core",
-        )
+    check = check_api_range(record.manifest.omni_api, record.distribution)
+    if not check.ok:
+        assert check.status is not None
+        record.fail(check.status, check.reason, check.fix)
 
 
 def _flag_duplicate_names(records: list[PluginRecord]) -> None:
@@ -277,9 +317,7 @@ def _flag_duplicate_names(records: list[PluginRecord]) -> None:
                     f"uninstall {r.distribution} (`omni uninstall {shell_arg(r.distribution)}`) "
                     "or ask its authors to rename its plugin",
                 )
-                builtin.warnings.append(
-                    f"{r.distribution} {r.version} also calls its plugin {r.name!r}; it was refused"
-                )
+                builtin.notes.append(f"{r.distribution} {r.version} also calls its plugin {r.name!r}; it was refused")
             continue
         providers = ", ".join(f"{r.distribution} {r.version}" for r in group)
         for r in group:
@@ -292,7 +330,7 @@ def _flag_duplicate_names(records: list[PluginRecord]) -> None:
 
 def _disable(record: PluginRecord, reason: str, fix: str = "") -> None:
     if record.status.is_problem:  # keep what was wrong, for `omni plugins show`
-        record.warnings.append(f"also {record.status}: {record.reason}")
+        record.notes.append(f"also {record.status}: {record.reason}")
     record.fail(Status.DISABLED, reason, fix)
 
 
@@ -315,7 +353,7 @@ def _apply_filters(record: PluginRecord, settings: Settings) -> None:
             # the hardware layer is exempt from OMNI_PLUGINS, so a broken one stays a problem
             if record.status is Status.OK:
                 record.hardware_only = True
-                record.warnings.append("not in OMNI_PLUGINS: contributes its platforms and attention backends only")
+                record.notes.append("not in OMNI_PLUGINS: contributes its platforms and attention backends only")
         else:
             _disable(record, "not in OMNI_PLUGINS", f"add {shell_arg(record.name)} to OMNI_PLUGINS")
 

@@ -25,16 +25,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import FileWriteError as FileWriteError
 
 #: prefix of every scratch name this module makes, so a later run can recognise and sweep them
 SCRATCH_PREFIX = ".omni-tmp-"
 #: scratch older than this is left behind by a dead run (a live build finishes much sooner)
 STALE_SCRATCH_SECONDS = 3600.0
-
-
-class FileWriteError(OmniError, OSError):
-    """A file or directory could not be written where it was asked for."""
 
 
 def _scratch_name(target: Path) -> str:

@@ -2,7 +2,15 @@
 
 A plugin is a distribution with an entry point in the ``omni.plugins`` group pointing at a
 module of hook implementations, plus an ``omni_plugin.toml`` manifest declaring what those
-hooks register (see :mod:`omni_core.manifest`)::
+hooks register (see :mod:`omni_core.manifest`).
+
+A plugin whose registrations are static (plugin API 1.1) writes them in the manifest only,
+and its hook module is one line, implementations of every ``omni_register_*`` hook that
+register exactly what the manifest declares (:mod:`omni_core.declared`)::
+
+    from omni_core.declared import *  # noqa: F403
+
+A plugin that decides at load time what to register writes the hooks itself::
 
     from omni_core import hookimpl
 
@@ -24,7 +32,24 @@ Rules that hold for every ``omni_register_*`` hook:
   nothing heavy (no torch, no vendor SDK, no driver calls).
 * **Must match the manifest:** everything registered must be declared in
   ``omni_plugin.toml`` with the same fields, and everything declared must be registered.
-  Otherwise the plugin is reported as ``metadata-mismatch`` and skipped.
+  Otherwise the plugin is reported as ``metadata-mismatch`` and skipped. (The hooks of
+  :mod:`omni_core.declared` register the manifest itself, so they always match.)
+* **Identity comes from the registration:** a registered class's ``name`` and the other
+  identity attributes of its kind (``device_types``; ``stage_keys``, ``model_archs``,
+  ``detect_priority``) are set on it by the core (:mod:`omni_core.identity`); a class that
+  states one differently fails to load.
+* **One plugin at a time:** the core calls each plugin's own implementation directly, not
+  through pluggy's fan-out, so that a failure is attributed to its plugin, skips that plugin
+  only, and never leaves the others half registered. It is also what makes the manifest
+  check per plugin: each plugin's registrations are compared with its own manifest before the
+  next plugin runs, and a mismatch drops that plugin alone.
+* **The base of each kind** (what ``ref`` names): platform: :class:`omni_core.platforms.Platform`;
+  attention backend: :class:`omni_core.attention.AttentionBackend` (its per-call kernel an
+  :class:`omni_core.attention.AttentionImpl`); model: the
+  :class:`omni_core.generation.model.GenerationModel` protocol; TTS adapter:
+  :class:`omni_core.speech.adapter.TTSAdapter`; offloader: :class:`omni_core.offload.Offloader`;
+  connector: a constructor taking its ``extra`` dict (no base class yet); command: a Typer app
+  or a function.
 * **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
   keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error. ``sys.exit()`` and a
   ``KeyboardInterrupt`` the plugin raises itself count as failures too (only the user's own
@@ -79,11 +104,11 @@ def omni_register_attention_backends(registry: AttentionBackendRegistrar) -> Non
     """Register attention backends by name (``TORCH_SDPA``, ``FLASH_ATTN``, ...).
 
     ``ref`` names an :class:`omni_core.attention.AttentionBackend` subclass, which declares
-    what it supports and whether it can run here. ``device_types`` repeats the class's own
-    declaration so listings can show it without importing the class (the conformance kit
-    checks they agree). Names are global: a vendor serves a shared name such as
-    ``FLASH_ATTN`` with its own kernel by registering the kernel under its own name and
-    mapping the shared name to it in its platform's ``attention_aliases``.
+    what it supports and whether it can run here. ``device_types`` (where it runs; empty:
+    anywhere) is declared here, so listings show it without importing the class, and the core
+    sets the class attribute of that name from it. Names are global: a vendor serves a shared
+    name such as ``FLASH_ATTN`` with its own kernel by registering the kernel under its own
+    name and mapping the shared name to it in its platform's ``attention_aliases``.
     """
 
 
@@ -94,7 +119,10 @@ def omni_register_models(registry: ModelRegistrar) -> None:
     ``architectures`` and ``model_types`` say which checkpoints the family serves (the
     ``model_index.json`` ``_class_name``, the HF ``architectures`` or ``model_type``);
     ``aliases`` keeps old names resolving (a registry lookup by an alias finds the model).
-    ``ref`` is imported only when the model is used.
+    ``ref`` is imported only when the model is used; for an image or video family it follows
+    the :class:`omni_core.generation.model.GenerationModel` protocol (diffusers families
+    subclass ``omni_plugin_diffusion.DiffusersFamily``), and its profile's ``task`` must be one
+    of the declared ``tasks`` (checked when it loads).
     """
 
 
@@ -104,8 +132,9 @@ def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
 
     ``stage_keys`` and ``model_archs`` drive detection (within an adapter's ``matches``, an
     architecture match beats a stage key); ``detect_priority`` orders detection across
-    adapters, lower first, and the first match wins. They must equal the class attributes
-    of the same names (the conformance kit checks it). The contract for detection:
+    adapters, lower first, and the first match wins. The core sets the class attributes of
+    the same names (and ``name``) on the :class:`omni_core.speech.adapter.TTSAdapter`
+    subclass ``ref`` names. The contract for detection:
     two adapters with the same ``detect_priority`` that can match the same model are an
     error when the speech runtime starts, never a silent first match.
     """
@@ -124,9 +153,9 @@ def omni_register_connectors(registry: ConnectorRegistrar) -> None:
 def omni_register_offloaders(registry: OffloaderRegistrar) -> None:
     """Register memory offload strategies (model-level, layer-wise, ...).
 
-    ``ref`` is the strategy class. The contract for the runtime that applies them: exactly
-    one strategy is active at a time, and each class declares what it cannot be combined
-    with, checked before anything is moved.
+    ``ref`` is an :class:`omni_core.offload.Offloader` subclass. The contract for the runtime
+    that applies them: exactly one strategy is active at a time, and each class declares what
+    it cannot be combined with, checked before anything is moved.
     """
 
 

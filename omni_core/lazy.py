@@ -68,7 +68,9 @@ class LazyRef:
             raise LazyImportError(
                 f"cannot import {self.module!r} for {self.ref!r}{who}: "
                 f"{describe(exc)}. Install what the plugin needs "
-                f"(its README and `pip show` list it) or disable it with `{disable}`."
+                f"(its README and `pip show` list it) or disable it with `{disable}`.",
+                name=self.ref,
+                plugin=self.owner or None,
             ) from exc
         for part in self.attribute.split("."):
             try:
@@ -78,12 +80,16 @@ class LazyRef:
                 raise LazyImportError(
                     f"{self.module!r} has no attribute {self.attribute!r}, "
                     f"referenced as {self.ref!r}{who}; the plugin's metadata is out of date "
-                    "with its code: fix the reference or reinstall the plugin."
+                    "with its code: fix the reference or reinstall the plugin.",
+                    name=self.ref,
+                    plugin=self.owner or None,
                 ) from exc
             except Exception as exc:
                 raise LazyImportError(
                     f"looking up {self.attribute!r} in {self.module!r} for {self.ref!r}{who} raised "
-                    f"{describe(exc)}; fix the plugin or disable it with `{disable}`."
+                    f"{describe(exc)}; fix the plugin or disable it with `{disable}`.",
+                    name=self.ref,
+                    plugin=self.owner or None,
                 ) from exc
         self.load_seconds = time.perf_counter() - start
         IMPORT_TIMINGS.setdefault(self.ref, self.load_seconds)

@@ -47,6 +47,31 @@ NAME_MAX_LENGTH = 100
 _NAME_RE = re.compile(NAME_PATTERN)
 
 
+def fold(name: str) -> str:
+    """The key names and aliases are compared by, everywhere: case-insensitive."""
+    return name.casefold()
+
+
+def names_of(item: Any, *, architectures: bool = False) -> tuple[str, ...]:
+    """The names an extension answers to: its name, then its aliases (then, with
+    ``architectures``, the checkpoint class names a model serves). ``item`` is a registered
+    spec or a manifest :class:`Declared` entry; the one alias matcher of registries and model
+    resolution."""
+    fields = item.fields if isinstance(item, Declared) else None
+
+    def get(attr: str) -> tuple[str, ...]:
+        value = fields.get(attr, ()) if fields is not None else getattr(item, attr, ())
+        return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else ()
+
+    return (item.name, *get("aliases"), *(get("architectures") if architectures else ()))
+
+
+def answers_to(item: Any, query: str, *, architectures: bool = False) -> bool:
+    """Whether ``query`` names ``item`` (see :func:`names_of`), case-insensitively."""
+    key = fold(query)
+    return any(fold(n) == key for n in names_of(item, architectures=architectures))
+
+
 @dataclass(frozen=True)
 class Declared:
     """One extension as declared in a manifest."""
@@ -60,7 +85,7 @@ class Declared:
 
     @property
     def key(self) -> tuple[Kind, str]:
-        return (self.kind, self.name.casefold())
+        return (self.kind, fold(self.name))
 
 
 @dataclass(frozen=True)

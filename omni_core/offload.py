@@ -25,15 +25,15 @@ import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import OffloadConfigError as OffloadConfigError
+from omni_core.identity import DeclaredIdentity  # name etc. come from the registration
+from omni_core.kinds import Kind
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
+    from omni_core.platforms import Platform
     from omni_core.plugins import PluginSet
-
-
-class OffloadConfigError(OmniError, ValueError):
-    """An offload request that cannot be honoured: unknown name, or an incompatible combination."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class ResidencyEvent:
     resident: tuple[str, ...]
 
 
-class Offloader(abc.ABC):
+class Offloader(DeclaredIdentity, abc.ABC, identity_of=Kind.OFFLOADER):
     """One offload strategy, bound to one model."""
 
     name: ClassVar[str]
@@ -79,7 +79,7 @@ class Offloader(abc.ABC):
         #: filled when ``record=True`` in the options: what was resident as each unit ran
         self.events: list[ResidencyEvent] = []
 
-    def check(self) -> None:  # noqa: B027 - most strategies need no check beyond the declarations
+    def check(self) -> None:
         """Raise :class:`OffloadConfigError` if the plan cannot be served. Must not change anything."""
 
     @abc.abstractmethod
@@ -117,11 +117,12 @@ class OffloadChoice:
 
 
 def choose_offloader(
-    plugins: PluginSet, requested: tuple[str, ...], features: set[str]
+    plugins: PluginSet, requested: tuple[str, ...], features: set[str], platform: Platform | None = None
 ) -> tuple[OffloadChoice | None, Explanation]:
     """The one strategy to run, after checking every declared incompatibility against the other
     requested strategies and the run's ``features`` (``attention:<BACKEND>``, ``family:<name>``,
-    ``platform:<name>``). Raises :class:`OffloadConfigError`; touches no model."""
+    ``platform:<name>``), and that ``platform`` (the one the model runs on) supports offload
+    (:attr:`Platform.supports_offload`). Raises :class:`OffloadConfigError`; touches no model."""
     explanation = Explanation("offload strategy")
     names = [n.strip() for n in requested if n and n.strip() and n.strip().lower() != "none"]
     registry = plugins.offloaders
@@ -130,6 +131,12 @@ def choose_offloader(
             explanation.add(entry.name, Outcome.NOT_CONSIDERED, "offload not requested")
         explanation.rule = "no offload requested"
         return None, explanation
+    if platform is not None and not platform.supports_offload:
+        raise OffloadConfigError(
+            f"offload ({', '.join(names)}) was requested, but the {platform.name} platform does not support "
+            "offload (its supports_offload is False: weights cannot be parked in host memory and moved in on "
+            "use there). Drop --offload (or the recipe's offload) on this machine"
+        )
     entries = []
     for name in names:
         if name not in registry:

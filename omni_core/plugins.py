@@ -13,6 +13,7 @@ import importlib
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ import pluggy
 
 from omni_core import breadcrumb, hookspecs
 from omni_core.breadcrumb import Crash
-from omni_core.config import Settings
-from omni_core.conflicts import Conflict, Offer, resolve
-from omni_core.discovery import HARDWARE_KINDS, PluginRecord, Status, discover, extension_filtered
+from omni_core.config import Settings, current_settings
+from omni_core.conflicts import Conflict, Offer, Resolution, resolve
+from omni_core.declared import DECLARED_MARK
+from omni_core.discovery import HARDWARE_KINDS, PluginRecord, Status, api_compatible, discover, extension_filtered
 from omni_core.errors import PluginLoadError, RegistrationError
 from omni_core.guard import contained, describe
 from omni_core.kinds import Kind
@@ -39,7 +41,6 @@ from omni_core.registry import (
     ModelSpec,
     OffloaderSpec,
     PlatformSpec,
-    Provider,
     Registrar,
     Registry,
     TTSAdapterSpec,
@@ -146,7 +147,7 @@ class PluginSet:
 def load_plugins(settings: Settings | None = None) -> PluginSet:
     """Discover, import and register every enabled plugin. Never raises for a broken plugin
     unless strict mode is on."""
-    settings = settings if settings is not None else Settings.from_env()
+    settings = settings if settings is not None else current_settings()  # env + the CLI's flags
     crashes = breadcrumb.collect_stale(settings.cache_dir)
     records = discover(settings)
     for crash in crashes:
@@ -174,20 +175,7 @@ def load_plugins(settings: Settings | None = None) -> PluginSet:
         breadcrumb.clear(settings.cache_dir)
     live = {r.name for r in records if r.status is Status.OK}
     offers = [o for o in offers if o.plugin in live]
-
-    registries: dict[Kind, Registry[Any]] = {kind: Registry(kind) for kind in Kind}
-    kept: list[Offer] = []
-    for offer in offers:
-        why = extension_filtered(offer.kind, offer.name, settings)
-        if why is None:
-            kept.append(offer)
-        else:
-            registries[offer.kind].filtered[offer.name.casefold()] = why
-    resolution = resolve(kept, settings.pins)
-    for (kind, _), decision in resolution.decisions.items():
-        registries[kind].add(decision)
-    for conflict in resolution.conflicts:
-        registries[conflict.kind].conflicts[conflict.name.casefold()] = conflict
+    registries, resolution = build_registries(offers, settings)
 
     plugin_set = PluginSet(
         settings=settings,
@@ -202,6 +190,48 @@ def load_plugins(settings: Settings | None = None) -> PluginSet:
     if settings.strict and plugin_set.problems():
         raise PluginLoadError(plugin_set.problems())
     return plugin_set
+
+
+def build_registries(
+    offers: Iterable[Offer], settings: Settings | None = None
+) -> tuple[dict[Kind, Registry[Any]], Resolution]:
+    """One registry per kind from what plugins offered: the per-kind filters of ``settings``
+    (``OMNI_<KIND>S``, ``OMNI_DISABLE_<KIND>S``), then the conflict policy with its pins.
+
+    The one way registries are built: :func:`load_plugins` uses it, and so do tests and the
+    conformance kit (``Registrar.offers()`` turns registrations into offers; see
+    :func:`plugin_set_of` for a whole :class:`PluginSet`)."""
+    settings = settings if settings is not None else Settings()
+    registries: dict[Kind, Registry[Any]] = {kind: Registry(kind) for kind in Kind}
+    kept: list[Offer] = []
+    for offer in offers:
+        why = extension_filtered(offer.kind, offer.name, settings)
+        if why is None:
+            kept.append(offer)
+        else:
+            registries[offer.kind].filtered[offer.name.casefold()] = why
+    resolution = resolve(kept, settings.pins)
+    for (kind, _), decision in resolution.decisions.items():
+        registries[kind].add(decision)
+    for conflict in resolution.conflicts:
+        registries[conflict.kind].conflicts[conflict.name.casefold()] = conflict
+    return registries, resolution
+
+
+def plugin_set_of(
+    offers: Iterable[Offer], settings: Settings | None = None, records: list[PluginRecord] | None = None
+) -> PluginSet:
+    """A :class:`PluginSet` built from offers, without discovering or importing anything: for
+    tests and tools that register by hand (``registrar.register(...)``, then ``registrar.offers()``)."""
+    settings = settings if settings is not None else Settings()
+    registries, resolution = build_registries(offers, settings)
+    return PluginSet(
+        settings=settings,
+        records=list(records or []),
+        registries=registries,
+        conflicts=resolution.conflicts,
+        notes=resolution.notes,
+    )
 
 
 def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Path) -> list[Offer]:
@@ -245,14 +275,18 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
         if caller.spec is None:
             record.warnings.append(f"unknown hook {caller.name!r} is never called (typo?)")
 
-    provider = Provider(record.name, record.distribution, record.version)
+    assert record.manifest is not None
+    provider = record.who
     registrars: dict[Kind, Registrar[Any]] = {}
+    uses_declared = False
     for hook_name in hookspecs.REGISTRATION_HOOKS:
         kind = _HOOK_KIND[hook_name]
-        registrar = registrars[kind] = REGISTRAR_TYPES[kind](provider)
+        # the plugin's own declared entries: what omni_core.declared's hooks register
+        registrar = registrars[kind] = REGISTRAR_TYPES[kind](provider, record.manifest.provides)
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             if impl.plugin is not module:
                 continue
+            uses_declared = uses_declared or bool(getattr(impl.function, DECLARED_MARK, False))
             breadcrumb.mark(cache_dir, record.name, record.distribution, record.version, hook_name)
             try:
                 with contained():
@@ -264,17 +298,23 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
                     Status.HOOK_FAILED,
                     f"{where}{describe(exc)}" if where else str(exc),
                     f"fix the plugin or `omni plugins disable {shell_arg(record.name)}`; "
-                    "OMNI_STRICT_PLUGINS=1 shows the traceback",
+                    f"`omni plugins show {shell_arg(record.name)}` shows the traceback",
                 )
-                record.warnings.append(traceback.format_exc(limit=-3).strip())
+                record.traceback = traceback.format_exc(limit=-3).strip()
                 return []
+
+    if uses_declared and _admits_api_1_0(record.manifest.omni_api):
+        record.warnings.append(
+            f"its hooks come from omni_core.declared (plugin API 1.1), but omni_api "
+            f"{record.manifest.omni_api!r} admits API 1.0, whose cores cannot import them; "
+            'declare omni_api = ">=1.1,<2"'
+        )
 
     heavy = sorted(_heavy_loaded() - heavy_before)
     if heavy:
         record.heavy_imports = heavy
         record.warnings.append(f"imports {', '.join(heavy)} while it registers; {HEAVY_IMPORT_FIX}")
 
-    assert record.manifest is not None
     mismatch = compare_with_manifest(record.manifest, registrars)
     if mismatch:
         manager.unregister(module)
@@ -286,11 +326,18 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
         return []
 
     return [
-        Offer(kind, spec.name, spec.priority, record.name, record.distribution, record.version, spec)
+        offer
         for kind, registrar in registrars.items()
         if not record.hardware_only or kind in HARDWARE_KINDS
-        for spec in registrar.specs
+        for offer in registrar.offers()
     ]
+
+
+def _admits_api_1_0(omni_api: str) -> bool:
+    try:
+        return api_compatible(omni_api, "1.0")
+    except Exception:  # a malformed range never gets this far (discovery refuses it)
+        return False
 
 
 def _call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Any:
@@ -355,6 +402,8 @@ def _remember(plugin_set: PluginSet) -> None:
             "status": r.status.value,
             "reason": r.reason,
             "fix": r.fix,
+            # remembered so `omni plugins show` can print it without importing the plugin
+            "traceback": r.traceback,
             "imports": imports,
         }
     store.update(entries)

@@ -11,11 +11,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from omni_core.conflicts import Conflict, Decision
-from omni_core.errors import ConflictError, RegistrationError, UnknownExtensionError
+from omni_core.conflicts import Conflict, Decision, Offer, Provider
+from omni_core.errors import ConflictError, RegistrationError, UnknownExtensionError, validation_problems
 from omni_core.kinds import Kind
 from omni_core.lazy import LazyRef, check_ref
-from omni_core.manifest import NAME_MAX_LENGTH, NAME_PATTERN
+from omni_core.manifest import NAME_MAX_LENGTH, NAME_PATTERN, Declared, fold, names_of
 
 _NAME_PATTERN = NAME_PATTERN  # one pattern for manifests and registrations
 
@@ -135,18 +135,6 @@ SPEC_TYPES: dict[Kind, type[ExtensionSpec]] = {
 SpecT = TypeVar("SpecT", bound=ExtensionSpec)
 
 
-@dataclass(frozen=True)
-class Provider:
-    """Who registered something: shown in every conflict and error."""
-
-    plugin: str
-    distribution: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
-
-
 class Registrar(Generic[SpecT]):
     """What a hook receives: collects one plugin's registrations of one kind.
 
@@ -156,8 +144,11 @@ class Registrar(Generic[SpecT]):
 
     spec_type: ClassVar[type[ExtensionSpec]]
 
-    def __init__(self, provider: Provider) -> None:
+    def __init__(self, provider: Provider, declared: tuple[Declared, ...] | None = None) -> None:
         self.provider = provider
+        #: this plugin's manifest entries of this kind (``None``: not given, e.g. a registrar a
+        #: test builds by hand); what :meth:`register_declared` registers
+        self.declared = None if declared is None else tuple(d for d in declared if d.kind is self.kind)
         self.specs: list[SpecT] = []
         #: casefolded name -> spec: the duplicate check is one lookup, so registering n names
         #: costs O(n), not O(n^2) (a plugin may register thousands)
@@ -167,14 +158,32 @@ class Registrar(Generic[SpecT]):
     def kind(self) -> Kind:
         return self.spec_type.kind
 
+    def offers(self) -> list[Offer]:
+        """What this plugin registered, as offers to the conflict policy."""
+        p = self.provider
+        return [Offer(self.kind, s.name, s.priority, p.plugin, p.distribution, p.version, s) for s in self.specs]
+
+    def register_declared(self) -> list[SpecT]:
+        """Register every entry of this kind that the plugin's manifest declares, exactly as
+        declared (plugin API 1.1, :mod:`omni_core.declared`). Validated like ``register``."""
+        if self.declared is None:
+            raise RegistrationError(
+                f"plugin {self.provider.plugin!r}: this {self.kind.label} registrar was given no manifest "
+                "entries, so register_declared() has nothing to register; register(...) each name instead"
+            )
+        return [self._add(name=d.name, ref=d.ref, priority=d.priority, **d.fields) for d in self.declared]
+
     def _add(self, **fields: Any) -> SpecT:
         try:
             spec = self.spec_type(**fields)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(validation_problems(exc, model=self.spec_type))
             raise RegistrationError(
                 f"plugin {self.provider.plugin!r} registered an invalid {self.kind.label} "
-                f"{fields.get('name')!r}: {problems}"
+                f"{fields.get('name')!r}: {problems}",
+                kind=self.kind,
+                name=fields.get("name"),
+                plugin=self.provider.plugin,
             ) from None
         key = spec.name.casefold()
         if key in self._by_name:
@@ -301,8 +310,14 @@ class Registered(Generic[SpecT]):
         return self.spec.name
 
     def load(self) -> Any:
-        """Import and return the implementation (timed; cached after the first call)."""
-        return self.lazy.resolve()
+        """Import and return the implementation (timed; cached after the first call). A class
+        gets its identity attributes from the spec (:func:`omni_core.identity.bind`); one that
+        states them differently raises :class:`~omni_core.errors.DeclarationMismatchError`."""
+        obj = self.lazy.resolve()
+        from omni_core.identity import bind
+
+        bind(obj, self.spec.kind, self.spec, self.provider.plugin)
+        return obj
 
 
 @dataclass
@@ -322,16 +337,15 @@ class Registry(Generic[SpecT]):
     def add(self, decision: Decision) -> None:
         def entry(offer: Any, rule: str) -> Registered[SpecT]:
             spec = offer.payload
-            provider = Provider(offer.plugin, offer.distribution, offer.version)
-            return Registered(spec, provider, LazyRef(spec.ref, owner=offer.plugin), rule)
+            return Registered(spec, offer.who, LazyRef(spec.ref, owner=offer.plugin), rule)
 
-        key = decision.winner.name.casefold()
+        key = fold(decision.winner.name)
         previous = self._entries.get(key)
         if previous is not None:  # replaced: forget the old entry's aliases
-            for alias in {a.casefold() for a in getattr(previous.spec, "aliases", ())}:
+            for alias in {fold(a) for a in names_of(previous.spec)[1:]}:
                 self._aliases[alias] = [e for e in self._aliases.get(alias, []) if e is not previous]
         winner = self._entries[key] = entry(decision.winner, decision.rule)
-        for alias in {a.casefold() for a in getattr(winner.spec, "aliases", ())}:
+        for alias in {fold(a) for a in names_of(winner.spec)[1:]}:
             self._aliases.setdefault(alias, []).append(winner)
         self.shadowed.extend((entry(o, decision.rule), decision.rule) for o in decision.shadowed)
 
@@ -364,19 +378,25 @@ class Registry(Generic[SpecT]):
         if key in self._entries:
             return self._entries[key]
         if key in self.conflicts:
-            raise ConflictError(self.conflicts[key].message())
+            raise ConflictError(self.conflicts[key].message(), kind=self.kind, name=name)
         aliased = self._by_alias(key)
         if len(aliased) == 1:
             return aliased[0]
         if len(aliased) > 1:
             who = " and ".join(f"{e.name} ({e.provider})" for e in aliased)
-            raise ConflictError(f"{self.kind.label} alias {name!r} is claimed by {who}; use the name itself")
+            raise ConflictError(
+                f"{self.kind.label} alias {name!r} is claimed by {who}; use the name itself", kind=self.kind, name=name
+            )
         if key in self.filtered:
-            raise UnknownExtensionError(f"{self.kind.label} {name!r} is installed but {self.filtered[key]}")
+            raise UnknownExtensionError(
+                f"{self.kind.label} {name!r} is installed but {self.filtered[key]}", kind=self.kind, name=name
+            )
         known = ", ".join(self.names()) or "none"
         raise UnknownExtensionError(
             f"unknown {self.kind.label} {name!r}; available: {known}. "
-            "`omni plugins list --all` shows every installed plugin and why any is inactive."
+            "`omni plugins list --all` shows every installed plugin and why any is inactive.",
+            kind=self.kind,
+            name=name,
         )
 
     def load(self, name: str) -> Any:

@@ -19,7 +19,7 @@ def _key(distribution: str, version: str, plugin: str) -> str:
 
 
 #: the fields an entry holds and the type each must have; anything else is dropped on read
-_TEXT_FIELDS = ("status", "reason", "fix", "checked_at")
+_TEXT_FIELDS = ("status", "reason", "fix", "checked_at", "traceback")
 
 
 def _clean_entry(entry: Any) -> dict[str, Any] | None:

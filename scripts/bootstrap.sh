@@ -9,7 +9,8 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+# setuptools' notes about editable builds are for packagers, not for someone setting up omni
+pip() { PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 pip install --quiet --upgrade pip
 # torch first and pinned: 2.13.0 is the CPU build this project is tested with; an unpinned
 # torch resolves to a multi-GB CUDA build. torchvision/torchaudio are kept out on purpose.

@@ -14,12 +14,9 @@ import pytest
 from omni_core.attention import AttentionBackend, AttentionImpl
 from omni_core.attention.config import AttentionConfig, AttentionConfigError, AttentionSpec
 from omni_core.attention.selector import CallProfile, explain_attention, select_attention
-from omni_core.config import Settings
-from omni_core.conflicts import Offer, resolve
-from omni_core.kinds import Kind
 from omni_core.platforms import MemoryInfo, Platform
-from omni_core.plugins import PluginSet
-from omni_core.registry import AttentionBackendRegistrar, Provider, Registry
+from omni_core.plugins import PluginSet, plugin_set_of
+from omni_core.registry import AttentionBackendRegistrar, Provider
 from omni_core.selection import Outcome
 
 
@@ -101,19 +98,13 @@ def plugin_set(
 ) -> PluginSet:
     offers = []
     for i, cls in enumerate([*backends, *([duplicate] if duplicate else [])]):
-        provider = Provider(f"p{i}", f"omni-plugin-p{i}", "1.0")
-        spec = AttentionBackendRegistrar(provider).register(cls.name, f"{cls.__module__}:{cls.__qualname__}")
-        offers.append(Offer(Kind.ATTENTION_BACKEND, cls.name, 0, provider.plugin, provider.distribution, "1.0", spec))
-    registry: Registry = Registry(Kind.ATTENTION_BACKEND)
-    result = resolve(offers, {})
-    for decision in result.decisions.values():
-        registry.add(decision)
-    for conflict in result.conflicts:
-        registry.conflicts[conflict.name.casefold()] = conflict
-    registry.filtered.update({k.casefold(): v for k, v in (filtered or {}).items()})
-    registries = {kind: Registry(kind) for kind in Kind}
-    registries[Kind.ATTENTION_BACKEND] = registry
-    return PluginSet(settings=Settings(), records=[], registries=registries, conflicts=result.conflicts)
+        registrar = AttentionBackendRegistrar(Provider(f"p{i}", f"omni-plugin-p{i}", "1.0"))
+        # the registration carries device_types: omni refuses a class that states them otherwise
+        registrar.register(cls.name, f"{cls.__module__}:{cls.__qualname__}", device_types=cls.device_types)
+        offers += registrar.offers()
+    plugin_set = plugin_set_of(offers)
+    plugin_set.attention_backends.filtered.update({k.casefold(): v for k, v in (filtered or {}).items()})
+    return plugin_set
 
 
 ALL = (Sdpa, Fast, NeedsPackage, Lossy, Quantised, VendorFlash)

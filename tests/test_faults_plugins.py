@@ -329,7 +329,7 @@ ROWS = [
         "hostile-command-error",
         ("hostile-help",),
         1,
-        ("comes from plugin", "import-failed", "\\x1b]0;pwned\\x07", HOSTILE_QUOTED),
+        ("comes from", "import-failed", "\\x1b]0;pwned\\x07", HOSTILE_QUOTED),
     ),
     # --- 10. exit codes and the unexpected ---------------------------------------------------
     Row(

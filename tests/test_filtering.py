@@ -114,7 +114,7 @@ def test_allow_list_loads_only_the_named_plugins_but_keeps_the_platform(zoo):
     assert data["hidden_disabled"] == 7 - 1
     cpu = next(p for p in data["plugins"] if p["name"] == "cpu")
     assert cpu["hardware_only"] is True
-    assert cpu["warnings"] == ["not in OMNI_PLUGINS: contributes its platforms and attention backends only"]
+    assert cpu["notes"] == ["not in OMNI_PLUGINS: contributes its platforms and attention backends only"]
     everything = {p["name"]: p for p in listing(venv, "--all", **env)["plugins"]}
     for name in set(THIRD_PARTY) - {"fixture-good"}:
         assert everything[name]["status"] == "disabled"

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from omni_core.conflicts import Decision, Offer
+from omni_core.conflicts import Provider
 from omni_core.generation.recipe import RecipeError, load_recipe
 from omni_core.generation.request import GenerationOptionError, GenerationProfile, GenerationRequest
 from omni_core.generation.resolve import ModelResolutionError, ambiguous_families, resolve_model
 from omni_core.kinds import Kind
 from omni_core.manifest import parse_manifest
-from omni_core.registry import ModelSpec, Registry
+from omni_core.plugins import build_registries
+from omni_core.registry import ModelRegistrar, ModelSpec, Registry
 
 VIDEO = GenerationProfile(
     task="text-to-video",
@@ -132,11 +133,12 @@ class _Plugins:
 
 
 def _plugins(*specs: tuple[str, dict[str, Any]], records: list[_Record] | None = None) -> _Plugins:
-    registry: Registry[ModelSpec] = Registry(Kind.MODEL)
+    offers = []
     for dist, fields in specs:
-        spec = ModelSpec(ref="pkg.family:Family", **fields)
-        registry.add(Decision(Offer(Kind.MODEL, spec.name, 0, dist, dist, "1.0", payload=spec), "only provider"))
-    return _Plugins(registry, records or [])
+        registrar = ModelRegistrar(Provider(dist, dist, "1.0"))
+        registrar.register(ref="pkg.family:Family", **fields)
+        offers += registrar.offers()
+    return _Plugins(build_registries(offers)[0][Kind.MODEL], records or [])
 
 
 FAMILIES = _plugins(

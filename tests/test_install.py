@@ -48,7 +48,7 @@ def plugin_names(venv: Any) -> dict[str, str]:
 
 def test_install_refuses_an_incompatible_plugin_before_installing(venv, src):
     result = omni(venv, "install", str(src / "omni-fixture-incompatible"), code=1)
-    assert "omni-fixture-incompatible 0.1.0: supports omni plugin API >=2.0,<3, this omni provides 1.0" in (
+    assert "omni-fixture-incompatible 0.1.0: supports omni plugin API >=2.0,<3, this core provides 1.1" in (
         result.stderr
     )
     assert "error: nothing was installed; upgrade omni or choose a compatible plugin version" in result.stderr

@@ -192,12 +192,14 @@ def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[s
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     provider = Provider(values["name"], values["distribution"], "0.1.0")
-    registrars = {k: REGISTRAR_TYPES[k](provider) for k in Kind}
+    # the registrars get the manifest's entries, as omni hands them to omni_core.declared's hooks
+    registrars = {k: REGISTRAR_TYPES[k](provider, manifest.provides) for k in Kind}
     for k, registrar in registrars.items():
         hook = getattr(hooks, k.hook_name, None)
         if hook is not None:
             hook(registry=registrar)
     assert compare_with_manifest(manifest, registrars) == []
+    assert manifest.omni_api == ">=1.1,<2"  # it uses omni_core.declared, new in plugin API 1.1
     for declared in manifest.provides:  # references point into the package and stay lazy
         assert declared.ref.startswith(f"{values['package']}.")
         assert declared.ref.partition(":")[0] not in sys.modules
@@ -239,7 +241,9 @@ def test_kit_checks_an_offloader_against_the_contract(rendered_here: dict[str, P
         def enable(self) -> None: ...
 
     entry = _registered(Kind.OFFLOADER, name, "acme.offloader:S")
-    assert check(entry, Renamed) == [f"offloader {name!r}: class name attribute 'other' != registered {name!r}"]
+    assert check(entry, Renamed) == [
+        f"offloader {name!r}: Renamed.name is 'other', but {name!r} is declared with {name!r}"
+    ]
     [unfinished] = check(entry, Unfinished)
     assert "abstract methods not implemented: ['disable', 'is_enabled', 'resident']" in unfinished
     [plain] = check(entry, object)
@@ -275,7 +279,7 @@ def test_kit_checks_an_image_family_against_the_contract() -> None:
     assert check(entry(), Family) == []  # no tasks registered: the profile alone marks a family
 
     [task] = check(entry(tasks=("text-to-video",)), Family)
-    assert "the profile's task 'text-to-image' is not among the registered tasks ['text-to-video']" in task
+    assert "Family.profile.task is 'text-to-image', not among the declared tasks ['text-to-video']" in task
 
     class NoPlan:
         profile = {"task": "text-to-image"}

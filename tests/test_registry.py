@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from omni_core.conflicts import Offer, resolve
+from omni_core.conflicts import Offer
 from omni_core.errors import ConflictError, LazyImportError, RegistrationError, UnknownExtensionError
 from omni_core.kinds import Kind
 from omni_core.lazy import IMPORT_TIMINGS, LazyRef
 from omni_core.manifest import parse_manifest
-from omni_core.plugins import compare_with_manifest
+from omni_core.plugins import build_registries, compare_with_manifest
 from omni_core.registry import ModelRegistrar, PlatformRegistrar, Provider, Registry
 
 PROVIDER = Provider("demo", "omni-plugin-demo", "1.0")
@@ -57,19 +57,13 @@ def test_manifest_comparison_reports_every_difference():
 
 
 def _registry(*offers: Offer) -> Registry:
-    registry: Registry = Registry(Kind.MODEL)
-    result = resolve(offers, {})
-    for decision in result.decisions.values():
-        registry.add(decision)
-    for conflict in result.conflicts:
-        registry.conflicts[conflict.name.casefold()] = conflict
-    return registry
+    return build_registries(offers)[0][Kind.MODEL]
 
 
 def _offer(name: str, ref: str, dist: str = "omni-plugin-demo", priority: int = 0) -> Offer:
-    registrar = ModelRegistrar(Provider("p", dist, "1"))
-    spec = registrar.register(name, ref, priority=priority)
-    return Offer(Kind.MODEL, name, priority, dist, dist, "1", spec)
+    registrar = ModelRegistrar(Provider(dist, dist, "1"))
+    registrar.register(name, ref, priority=priority)
+    return registrar.offers()[0]
 
 
 def test_registry_lookups_are_lazy_case_insensitive_and_explain_misses():
@@ -96,15 +90,10 @@ def test_lazy_ref_import_errors_name_the_reference_and_the_fix():
 
 def test_models_resolve_by_alias_and_ambiguous_aliases_are_errors():
     registrar = ModelRegistrar(Provider("p", "omni-plugin-p", "1"))
-    new = registrar.register("flux", "json:dumps", aliases=("flux-old", "FluxLegacy"))
-    other = ModelRegistrar(Provider("q", "omni-plugin-q", "1")).register("sd3", "json:loads", aliases=("fluxlegacy",))
-    registry: Registry = Registry(Kind.MODEL)
-    offers = [
-        Offer(Kind.MODEL, "flux", 0, "p", "omni-plugin-p", "1", new),
-        Offer(Kind.MODEL, "sd3", 0, "q", "omni-plugin-q", "1", other),
-    ]
-    for decision in resolve(offers, {}).decisions.values():
-        registry.add(decision)
+    registrar.register("flux", "json:dumps", aliases=("flux-old", "FluxLegacy"))
+    other = ModelRegistrar(Provider("q", "omni-plugin-q", "1"))
+    other.register("sd3", "json:loads", aliases=("fluxlegacy",))
+    registry = _registry(*registrar.offers(), *other.offers())
     assert registry.get("FLUX-OLD").name == "flux" and "flux-old" in registry
     with pytest.raises(ConflictError, match=r"alias 'FluxLegacy' is claimed by flux .* and sd3"):
         registry.get("FluxLegacy")

@@ -20,11 +20,8 @@ from typing import Any, ClassVar
 import pytest
 
 from omni_core.api import ModelNotServedError, Omni
-from omni_core.config import Settings
-from omni_core.conflicts import Offer, resolve
-from omni_core.kinds import Kind
-from omni_core.plugins import PluginSet
-from omni_core.registry import Provider, Registry, TTSAdapterRegistrar
+from omni_core.plugins import PluginSet, plugin_set_of
+from omni_core.registry import Provider, TTSAdapterRegistrar
 from omni_core.selection import Outcome
 from omni_core.speech import PreparedRequest, SpeechRequest, SpeechRequestError, TTSAdapter, TTSCapabilities
 from omni_core.speech.audio import Audio
@@ -148,20 +145,16 @@ class StageAdapter(ToneAdapter):
 def plugin_set(*adapters: type[TTSAdapter]) -> PluginSet:
     offers = []
     for i, cls in enumerate(adapters):
-        provider = Provider(f"p{i}", f"omni-plugin-{cls.name}", "1.0")
-        spec = TTSAdapterRegistrar(provider).register(
+        registrar = TTSAdapterRegistrar(Provider(f"p{i}", f"omni-plugin-{cls.name}", "1.0"))
+        registrar.register(
             cls.name,
             f"{cls.__module__}:{cls.__qualname__}",
             model_archs=tuple(cls.model_archs),
             stage_keys=tuple(cls.stage_keys),
             detect_priority=cls.detect_priority,
         )
-        offers.append(Offer(Kind.TTS_ADAPTER, cls.name, 0, provider.plugin, provider.distribution, "1.0", spec))
-    registries = {kind: Registry(kind) for kind in Kind}
-    result = resolve(offers, {})
-    for decision in result.decisions.values():
-        registries[Kind.TTS_ADAPTER].add(decision)
-    return PluginSet(settings=Settings(), records=[], registries=registries, conflicts=result.conflicts)
+        offers += registrar.offers()
+    return plugin_set_of(offers)
 
 
 def checkpoint(path: Path, arch: str | None = "ToneTTS", **caps: Any) -> Path:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core import breadcrumb
-from omni_core.config import Settings
+from omni_core.config import Settings, current_settings
 from omni_core.conflicts import Conflict, Offer, resolve
 from omni_core.discovery import (
     HARDWARE_KINDS,
@@ -34,34 +34,45 @@ class Inventory:
     #: last load outcome per plugin name, for plugins not loaded in this process
     health: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def effective_status(self, record: PluginRecord) -> tuple[str, str, str]:
+    def effective_status(self, record: PluginRecord) -> tuple[Status, str, str]:
         """(status, reason, fix), taking the last remembered load into account."""
         if record.status is Status.OK and not record.loaded:
             last = self.health.get(record.name)
-            if last and last.get("status") not in (None, Status.OK.value):
+            remembered = _status(last.get("status")) if last else None
+            if last and remembered is not None and remembered is not Status.OK:
                 return (
-                    last["status"],
+                    remembered,
                     f"{last.get('reason', '')} (last load {last.get('checked_at', '?')})",
                     last.get("fix", ""),
                 )
-        return record.status.value, record.reason, record.fix
+        return record.status, record.reason, record.fix
 
     def problems(self) -> list[str]:
         found = []
         for r in self.records:
             status, reason, _ = self.effective_status(r)
-            if status not in (Status.OK.value, Status.DISABLED.value):
+            if status.is_problem:
                 found.append(f"plugin {r.name!r} from {r.distribution} {r.version}: {status}: {reason}")
         return found + [c.message() for c in self.conflicts]
 
     def record_dict(self, record: PluginRecord) -> dict[str, Any]:
         data = record.to_dict()
         status, reason, fix = self.effective_status(record)
-        data.update(status=status, reason=reason, fix=fix, loaded=record.loaded)
+        data.update(status=status.value, reason=reason, fix=fix, loaded=record.loaded)
         last = self.health.get(record.name)
+        if not data["traceback"] and status is not record.status and last:  # the remembered failure's
+            data["traceback"] = str(last.get("traceback") or "")
         data["last_load"] = last
         data["conflicts"] = [c.to_dict() for c in self.conflicts if any(o.plugin == record.name for o in c.offers)]
         return data
+
+
+def _status(value: Any) -> Status | None:
+    """A status remembered in the health store; None for a value this omni does not know."""
+    try:
+        return Status(value)
+    except ValueError:
+        return None
 
 
 _SCAN: list[Installed] | None = None
@@ -96,7 +107,7 @@ def installed_plugins(settings: Settings) -> list[Installed] | None:
 
 def take_inventory(load: bool = False) -> Inventory:
     """Discover plugins. With ``load=True`` import them now (isolated) for real outcomes."""
-    settings = Settings.from_env()
+    settings = current_settings()
     if load:
         from omni_core.plugins import load_plugins
 

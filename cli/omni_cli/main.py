@@ -6,7 +6,6 @@ no plugin code; a plugin is loaded only when one of its commands runs.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -20,8 +19,8 @@ from omni_cli.output import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PROBLEMS,
-    EXIT_STRICT,
     echo,
+    exit_code_for,
 )
 from omni_core.text import printable, shell_arg
 
@@ -48,15 +47,26 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
     ),
-    safe_mode: bool = typer.Option(False, "--safe-mode", help="Load built-in plugins only (OMNI_SAFE_MODE=1)."),
+    # Four plain bool flags rather than two `bool | None` ones: Typer coerces an optional value
+    # through pydantic, which costs every command ~80 ms of start-up (see _typer.py).
+    safe_mode: bool = typer.Option(False, "--safe-mode", help="Load built-in plugins only; beats OMNI_SAFE_MODE."),
+    no_safe_mode: bool = typer.Option(False, "--no-safe-mode", help="Load every plugin, whatever OMNI_SAFE_MODE says."),
     strict: bool = typer.Option(
-        False, "--strict", help="Treat any plugin problem as an error (OMNI_STRICT_PLUGINS=1)."
+        False, "--strict", help="Treat any plugin problem as an error; beats OMNI_STRICT_PLUGINS."
+    ),
+    no_strict: bool = typer.Option(
+        False, "--no-strict", help="Skip broken plugins, whatever OMNI_STRICT_PLUGINS says."
     ),
 ) -> None:
-    if safe_mode:
-        os.environ["OMNI_SAFE_MODE"] = "1"
-    if strict:
-        os.environ["OMNI_STRICT_PLUGINS"] = "1"
+    from omni_core.config import Overrides, use_overrides
+
+    # handed to the core as an object, never written to os.environ (child processes would inherit it)
+    use_overrides(Overrides(strict=_switch(strict, no_strict), safe_mode=_switch(safe_mode, no_safe_mode)))
+
+
+def _switch(on: bool, off: bool) -> bool | None:
+    """A flag pair's value: True, False, or None (neither given: the environment decides)."""
+    return False if off else True if on else None
 
 
 app.add_typer(plugins.app, name="plugins")
@@ -91,9 +101,14 @@ def _plugin_command(name: str, help_text: str) -> Any:
             wrapper.command(name)(target)
             command = typer.main.get_command(wrapper)
         else:
+            from omni_core.errors import PluginCommandError
+
             raise PluginCommandError(
                 f"command {name!r} from {entry.provider} refers to {type(target).__name__}, not a Typer app "
-                f"or function; fix the plugin or `omni plugins disable {shell_arg(entry.provider.plugin)}`"
+                f"or function; fix the plugin or `omni plugins disable {shell_arg(entry.provider.plugin)}`",
+                kind="command",
+                name=name,
+                plugin=entry.provider.plugin,
             )
         code = _run_plugin_command(command, name, list(ctx.args), entry.provider)
         if code:
@@ -101,10 +116,6 @@ def _plugin_command(name: str, help_text: str) -> Any:
 
     run.__doc__ = help_text
     return run
-
-
-class PluginCommandError(Exception):
-    """A plugin command failed in a way that is the plugin's fault (exit 1, plugin named)."""
 
 
 def _run_plugin_command(command: Any, name: str, args: list[str], provider: Any) -> int:
@@ -162,13 +173,15 @@ def _run_plugin_command(command: Any, name: str, args: list[str], provider: Any)
 
 def _why_command_missing(plugins: Any, name: str) -> str:
     """Name the plugin that declares ``name`` and why it contributed nothing."""
+    from omni_core.discovery import Status
     from omni_core.kinds import Kind
+    from omni_core.manifest import answers_to
 
     for record in plugins.records:
         declared = record.manifest.of_kind(Kind.COMMAND) if record.manifest else []
-        if any(d.name.casefold() == name.casefold() for d in declared) and record.status.value != "ok":
+        if any(answers_to(d, name) for d in declared) and record.status is not Status.OK:
             return (
-                f"command {name!r} comes from plugin {record.name!r} ({record.distribution} {record.version}), "
+                f"command {name!r} comes from {record.provider}, "
                 f"which is {record.status}: {record.reason}. Fix: {record.fix or 'see omni doctor'}"
             )
     return plugins.commands.why_missing(name)
@@ -177,12 +190,12 @@ def _why_command_missing(plugins: Any, name: str) -> str:
 def add_plugin_commands(target: typer.Typer) -> None:
     """Add every declared command of the enabled plugins, without importing them."""
     from omni_cli.inventory import installed_plugins
-    from omni_core.config import Settings
+    from omni_core.config import current_settings
     from omni_core.discovery import Status, discover, extension_filtered
     from omni_core.kinds import Kind
 
     try:
-        settings = Settings.from_env()
+        settings = current_settings()
         records = discover(settings, installed_plugins(settings))
     except Exception as exc:  # a bad config file must not take --help down
         # a command reports a bad config itself, as its error; only the root help would hide it
@@ -214,21 +227,24 @@ def _root_help_requested(argv: list[str]) -> bool:
 
 
 def _early_root_flags(argv: list[str]) -> None:
-    """Apply ``--safe-mode`` before plugin commands are added (click parses it only later),
-    so safe mode hides third-party commands from ``--help`` just as OMNI_SAFE_MODE=1 does."""
+    """Apply ``--safe-mode`` / ``--no-safe-mode`` before plugin commands are added (click parses
+    them only later), so safe mode hides third-party commands from ``--help`` just as
+    OMNI_SAFE_MODE=1 does. The root callback hands over the same flags again once parsed."""
+    from omni_core.config import Overrides, use_overrides
+
+    safe_mode: bool | None = None
     for arg in argv:
         if not arg.startswith("-"):
-            return  # the command: options after it are its own
-        if arg == "--safe-mode":
-            os.environ["OMNI_SAFE_MODE"] = "1"
-
-
-def _debugging() -> bool:
-    return os.environ.get("OMNI_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
+            break  # the command: options after it are its own
+        if arg in ("--safe-mode", "--no-safe-mode"):
+            safe_mode = arg == "--safe-mode"  # the last one given wins, as click decides
+    use_overrides(Overrides(safe_mode=safe_mode))
 
 
 def _debug_traceback() -> None:
-    if _debugging():
+    from omni_core.config import debugging
+
+    if debugging():
         import traceback
 
         traceback.print_exc()
@@ -247,7 +263,7 @@ def _invoke(argv: list[str]) -> int:
 
     Click's own top level would turn a Ctrl-C into "Aborted!" with exit 1 and let any other
     exception out as a traceback, so omni runs the command itself and decides."""
-    from omni_core.errors import OmniError, PluginLoadError
+    from omni_core.errors import OmniError
     from omni_core.guard import user_interrupted
 
     try:
@@ -279,14 +295,10 @@ def _invoke(argv: list[str]) -> int:
     except EOFError:
         echo("aborted: end of input", err=True)
         return EXIT_PROBLEMS
-    except PluginLoadError as exc:
+    except OmniError as exc:  # every class declares its exit code (omni_core.errors)
         echo(f"error: {exc}", err=True)
         _debug_traceback()
-        return EXIT_STRICT
-    except OmniError as exc:
-        echo(f"error: {exc}", err=True)
-        _debug_traceback()
-        return EXIT_PROBLEMS
+        return exit_code_for(exc)
     except typer.TyperException as exc:  # usage errors (2) and click's other errors (1)
         _show(exc)
         return exc.exit_code if exc.exit_code in EXIT_CODES else EXIT_PROBLEMS

@@ -47,3 +47,18 @@ def emit_json(data: Any) -> None:
 def fail(message: str, code: int = EXIT_PROBLEMS) -> typer.Exit:
     echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code an error ends a command with: the one its class declares
+    (:attr:`omni_core.errors.OmniError.exit_code`), 1 for anything else. Only 1 and 3 are
+    error codes; a class (a plugin's subclass, say) declaring any other is reported as 1."""
+    from omni_core.errors import OmniError
+
+    code = exc.exit_code if isinstance(exc, OmniError) else EXIT_PROBLEMS
+    return code if code in (EXIT_PROBLEMS, EXIT_STRICT) else EXIT_PROBLEMS
+
+
+def fail_with(exc: BaseException) -> typer.Exit:
+    """:func:`fail` for a caught error: its message, and the exit code its class declares."""
+    return fail(str(exc), exit_code_for(exc))

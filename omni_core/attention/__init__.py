@@ -20,6 +20,9 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from omni_core.identity import DeclaredIdentity  # name etc. come from the registration
+from omni_core.kinds import Kind
+
 if TYPE_CHECKING:
     from omni_core.platforms import Platform
 
@@ -70,7 +73,7 @@ class AttentionImpl(abc.ABC):
         """Attention over ``(batch, seq, heads, head_dim)`` tensors; returns the query's shape."""
 
 
-class AttentionBackend(abc.ABC):
+class AttentionBackend(DeclaredIdentity, abc.ABC, identity_of=Kind.ATTENTION_BACKEND):
     """A named attention kernel and what it supports. Registered through
     ``omni_register_attention_backends``; never instantiated, only asked and ``create``-d."""
 

@@ -15,14 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import AttentionConfigError as AttentionConfigError
 
 OPTION_BLOCKS = ("quant", "skip_softmax", "block_sparse")
-
-
-class AttentionConfigError(OmniError, ValueError):
-    """An attention config that cannot be honoured: bad value, unknown name, or a backend
-    chosen explicitly that cannot run here."""
 
 
 class _Block(BaseModel):
@@ -104,8 +100,7 @@ class AttentionConfig(_Block):
             try:
                 config = cls.model_validate(data or {})
             except ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise AttentionConfigError(f"invalid attention config: {problems}") from None
+                raise AttentionConfigError.from_validation(exc, what="attention config", model=cls) from None
         if backend:
             given = config.default.backend
             if given and given != backend.strip().upper():
@@ -124,3 +119,27 @@ class AttentionConfig(_Block):
         if category and category in self.per_role:
             return self.per_role[category], f"per_role[{category!r}]"
         return self.default, "default"
+
+
+def layered_attention(
+    explicit: Any = None,
+    *,
+    backend: str | None = None,
+    recipe: AttentionConfig | None = None,
+    environment: str | None = None,
+) -> AttentionConfig:
+    """The attention config one run uses, by the one precedence: explicit choices (``--attention-backend``
+    / ``--attention-config``, ``Omni(attention_backend=, attention=)``) > the recipe's ``attention`` >
+    the environment (``OMNI_ATTENTION_BACKEND``) > the platform's default chain (applied later, by
+    the selector, for roles left without a backend).
+
+    An explicit config or backend replaces the recipe's attention as a whole (``--attention-backend``
+    is the backend "for every role"); the environment only fills the default backend that the
+    layers above left unset, so a recipe's per-role choices stay."""
+    if explicit is not None or backend:
+        config = AttentionConfig.parse(explicit, backend=backend)
+    else:
+        config = recipe if recipe is not None else AttentionConfig()
+    if environment and config.default.backend is None:
+        config = AttentionConfig.parse(config, backend=environment)
+    return config

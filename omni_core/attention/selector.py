@@ -115,6 +115,19 @@ def _explicit_only_reason(plugins: PluginSet, platform: Platform, name: str, cal
     return head if cls is not None else f"{head}, and cannot run here: {reason}"
 
 
+def _default_chain(platform: Platform, call: CallProfile) -> list[str]:
+    """The platform's default chain for this call, always ending in :data:`LAST_RESORT`."""
+    # packed_mask_free joined the signature within plugin API 1.0: pass it only when a model
+    # opts in, so platforms that override the original default_attention_chain(head_size) work
+    if call.packed_mask_free:
+        chain = list(platform.default_attention_chain(call.head_size, packed_mask_free=True))
+    else:
+        chain = list(platform.default_attention_chain(call.head_size))
+    if not chain or chain[-1] != LAST_RESORT:
+        chain.append(LAST_RESORT)
+    return chain
+
+
 def explain_attention(
     plugins: PluginSet,
     platform: Platform,
@@ -125,69 +138,65 @@ def explain_attention(
 ) -> tuple[AttentionChoice | None, Explanation]:
     """Choose the backend for one role and say why; ``(None, explanation)`` if nothing can run.
     Raises :class:`AttentionConfigError` for an explicit choice that cannot run or whose
-    options the backend rejects."""
+    options the backend rejects.
+
+    One walk serves both cases: an explicit choice is a chain of one name that may not be
+    passed over (and may be lossy); an automatic one is the platform's default chain."""
     config = config or AttentionConfig()
     spec, source = config.spec_for(role, category)
     explanation = Explanation(f"attention for role {role!r} on {platform.name}")
-
-    if spec.backend:
-        name, cls, reason, provider = _candidate(plugins, platform, spec.backend, call, automatic=False)
-        if cls is None:
-            raise AttentionConfigError(
-                f"attention backend {spec.backend} was chosen explicitly for role {role!r} ({source}) but cannot "
-                f"run here: {reason}. Choose another backend (`omni explain attention` lists them) or remove the "
-                "choice to let omni pick."
-            )
-        try:
-            cls.validate_options(spec)
-        except ValueError as exc:
-            raise AttentionConfigError(f"role {role!r} ({source}): {exc}") from None
-        explanation.add(name, Outcome.SELECTED, f"explicit ({source}); {reason}", provider)
-        for other in plugins.attention_backends.names():
-            if other.upper() != name:
-                explanation.add(other, Outcome.NOT_CONSIDERED, "an explicit choice decides")
-        explanation.winner, explanation.rule = name, f"explicit choice in {source}"
-        return AttentionChoice(role, name, cls, spec, explanation), explanation
-
-    if spec.option_blocks():
+    explicit = spec.backend is not None
+    if not explicit and spec.option_blocks():
         raise AttentionConfigError(
             f"role {role!r} ({source}) sets option block(s) {sorted(spec.option_blocks())} without a backend; "
             "options belong to a backend, so name one with them"
         )
-    # packed_mask_free joined the signature within plugin API 1.0: pass it only when a model
-    # opts in, so platforms that override the original default_attention_chain(head_size) work
-    if call.packed_mask_free:
-        chain = list(platform.default_attention_chain(call.head_size, packed_mask_free=True))
-    else:
-        chain = list(platform.default_attention_chain(call.head_size))
-    if not chain or chain[-1] != LAST_RESORT:
-        chain.append(LAST_RESORT)
-    chosen: AttentionChoice | None = None
+    requested = [spec.backend] if spec.backend is not None else _default_chain(platform, call)
+    chosen: tuple[str, type[AttentionBackend]] | None = None
     seen: set[str] = set()
-    for requested in chain:
-        name, cls, reason, provider = _candidate(plugins, platform, requested, call, automatic=True)
-        if name in seen:
+    last_reason = ""
+    for name in requested:
+        actual, cls, reason, provider = _candidate(plugins, platform, name, call, automatic=not explicit)
+        if actual in seen:
             continue
-        seen.add(name)
+        seen.add(actual)
         if chosen is not None:
-            explanation.add(name, Outcome.NOT_CONSIDERED, "an earlier backend in the chain was chosen", provider)
+            explanation.add(actual, Outcome.NOT_CONSIDERED, "an earlier backend in the chain was chosen", provider)
         elif cls is None:
-            explanation.add(name, Outcome.REJECTED, reason, provider)
+            explanation.add(actual, Outcome.REJECTED, reason, provider)
+            last_reason = reason
         else:
-            explanation.add(name, Outcome.SELECTED, reason, provider)
-            chosen = AttentionChoice(role, name, cls, None, explanation)
+            if explicit:
+                try:
+                    cls.validate_options(spec)
+                except ValueError as exc:
+                    raise AttentionConfigError(f"role {role!r} ({source}): {exc}") from None
+                reason = f"explicit ({source}); {reason}"
+            explanation.add(actual, Outcome.SELECTED, reason, provider)
+            chosen = actual, cls
     for other in plugins.attention_backends.names():
         if other.upper() not in seen:
-            explanation.add(other, Outcome.NOT_CONSIDERED, _explicit_only_reason(plugins, platform, other, call))
+            why = "an explicit choice decides" if explicit else _explicit_only_reason(plugins, platform, other, call)
+            explanation.add(other, Outcome.NOT_CONSIDERED, why)
     if chosen is None:
+        if explicit:
+            raise AttentionConfigError(
+                f"attention backend {spec.backend} was chosen explicitly for role {role!r} ({source}) but cannot "
+                f"run here: {last_reason}. Choose another backend (`omni explain attention` lists them) or remove "
+                "the choice to let omni pick."
+            )
         explanation.rule = "no backend in the default chain can run here"
         return None, explanation
-    rejected = [c for c in explanation.candidates if c.outcome is Outcome.REJECTED]
-    explanation.winner = chosen.backend
-    explanation.rule = f"defaulting to {chosen.backend}" + (
-        f" ({rejected[-1].name} and earlier were passed over)" if rejected else " (first in the default chain)"
-    )
-    return chosen, explanation
+    name, cls = chosen
+    explanation.winner = name
+    if explicit:
+        explanation.rule = f"explicit choice in {source}"
+    else:
+        rejected = [c for c in explanation.candidates if c.outcome is Outcome.REJECTED]
+        explanation.rule = f"defaulting to {name}" + (
+            f" ({rejected[-1].name} and earlier were passed over)" if rejected else " (first in the default chain)"
+        )
+    return AttentionChoice(role, name, cls, spec if explicit else None, explanation), explanation
 
 
 def select_attention(

@@ -15,11 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omni_core.errors import OmniError
-
-
-class MediaEncodingError(OmniError):
-    """An output could not be written: a missing encoder package or an ffmpeg failure."""
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import MediaEncodingError as MediaEncodingError
 
 
 def _pil() -> Any:

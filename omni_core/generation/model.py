@@ -48,19 +48,23 @@ class EngineOptions(BaseModel):
     resolution: Any = None
 
     @classmethod
-    def build(cls, resolution: Any, plugins: Any, recipe: Any, given: dict[str, Any]) -> EngineOptions:
-        """Options for a resolved family from what the caller gave (``Omni(...)`` keywords),
-        then the recipe, then the environment (``OMNI_ATTENTION_BACKEND``)."""
-        import os
+    def build(
+        cls, resolution: Any, plugins: Any, recipe: Any, given: dict[str, Any], environment: Any = None
+    ) -> EngineOptions:
+        """Options for a resolved family, each setting by the one precedence: what the caller gave
+        (``Omni(...)`` keywords, the command line's flags) > the recipe > the environment
+        (``environment``, an :class:`~omni_core.config.EngineSettings`; read now when None) > the
+        family's and the platform's defaults. The CLI and the offline API both come through here."""
+        from omni_core.attention.config import layered_attention
+        from omni_core.config import EngineSettings
 
-        backend, attention_given = given.get("attention_backend"), given.get("attention")
-        if attention_given is None and backend is None and recipe is not None:
-            attention = recipe.attention
-        else:
-            attention = AttentionConfig.parse(attention_given, backend=backend)
-        from_env = os.environ.get("OMNI_ATTENTION_BACKEND")
-        if attention_given is None and backend is None and attention == AttentionConfig() and from_env:
-            attention = AttentionConfig.parse(None, backend=from_env)
+        env = environment if environment is not None else EngineSettings.from_env()
+        attention = layered_attention(
+            given.get("attention"),
+            backend=given.get("attention_backend"),
+            recipe=recipe.attention if recipe is not None else None,
+            environment=env.attention_backend,
+        )
         offload = given.get("offload")
         if offload is None:
             offload = recipe.offload if recipe is not None else ()

@@ -21,12 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from omni_core.attention.config import AttentionConfig
-from omni_core.errors import OmniError
+
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import RecipeError as RecipeError
 from omni_core.generation.request import GenerationRequest
-
-
-class RecipeError(OmniError, ValueError):
-    """A recipe file that cannot be read or does not validate."""
 
 
 class Recipe(BaseModel):
@@ -73,5 +71,4 @@ def load_recipe(path: str | Path) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise RecipeError(f"recipe {path}: {problems}") from None
+        raise RecipeError.from_validation(exc, what=f"recipe {path}", model=Recipe, name=str(path)) from None

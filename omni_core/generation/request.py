@@ -14,15 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import GenerationOptionError as GenerationOptionError
 from omni_core.inputs import check_seed
 
 Task = Literal["text-to-image", "text-to-video", "image-to-video"]
 VIDEO_TASKS: frozenset[str] = frozenset({"text-to-video", "image-to-video"})
-
-
-class GenerationOptionError(OmniError, ValueError):
-    """A generation option the model cannot take: the message names the rule and the fix."""
 
 
 class GenerationRequest(BaseModel):
@@ -66,17 +63,9 @@ class GenerationRequest(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = []
-            for e in exc.errors():
-                where = ".".join(str(p) for p in e["loc"]) or "request"
-                if e["type"] == "extra_forbidden":
-                    accepted = ", ".join(sorted(cls.model_fields))
-                    problems.append(f"unknown option {where!r} (accepted: {accepted})")
-                elif e["type"] == "value_error":  # our own validators' messages say it all
-                    problems.append(str(e["ctx"]["error"]))
-                else:
-                    problems.append(f"{where}: {e['msg']}")
-            raise GenerationOptionError("invalid generation request: " + "; ".join(problems)) from None
+            raise GenerationOptionError.from_validation(
+                exc, what="generation request", model=cls, noun="option"
+            ) from None
 
 
 class GenerationProfile(BaseModel):

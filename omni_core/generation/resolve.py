@@ -20,17 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import ModelResolutionError as ModelResolutionError
 from omni_core.inputs import read_checkpoint_json
+from omni_core.kinds import Kind
+from omni_core.manifest import answers_to, fold, names_of
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
     from omni_core.plugins import PluginSet
     from omni_core.registry import ModelSpec, Registered
-
-
-class ModelResolutionError(OmniError, LookupError):
-    """No family, or more than one, serves the checkpoint: the message lists what is known."""
 
 
 _ABSENT = object()
@@ -114,13 +113,8 @@ class ModelResolution:
         return self.entry.name
 
 
-def _names(spec: ModelSpec) -> set[str]:
-    return {n.casefold() for n in (spec.name, *spec.architectures, *spec.aliases)}
-
-
 def _families_named(plugins: PluginSet, name: str) -> list[Registered[ModelSpec]]:
-    key = name.casefold()
-    return [e for e in plugins.models if key in _names(e.spec)]
+    return [e for e in plugins.models if answers_to(e.spec, name, architectures=True)]
 
 
 def _families_of_type(plugins: PluginSet, model_type: str) -> list[Registered[ModelSpec]]:
@@ -188,24 +182,22 @@ def ambiguous_families(plugins: PluginSet) -> list[str]:
 
 def known_names(plugins: PluginSet) -> list[str]:
     """Every family name, architecture and alias the installed plugins serve."""
-    return sorted({n for e in plugins.models for n in (e.name, *e.spec.architectures, *e.spec.aliases)})
+    return sorted({n for e in plugins.models for n in names_of(e.spec, architectures=True)})
 
 
 def provider_hint(plugins: PluginSet, name: str) -> str:
     """Which plugin would provide ``name``: an installed but inactive one, or a catalog entry."""
-    key = name.casefold()
+    key = fold(name)
     for record in plugins.records:
         manifest = record.manifest
         if manifest is None:
             continue
-        for declared in manifest.provides:
-            fields = declared.fields
-            names = [declared.name, *fields.get("architectures", ()), *fields.get("aliases", ())]
-            if declared.kind.value == "model" and key in {str(n).casefold() for n in names}:
+        for declared in manifest.of_kind(Kind.MODEL):
+            if answers_to(declared, name, architectures=True):
                 return inactive_provider(record)
     for record in plugins.records:
         for dist, served in (record.manifest.catalog if record.manifest else {}).items():
-            if key in {n.casefold() for n in served}:
+            if key in {fold(n) for n in served}:
                 return f"it is provided by {dist}: pip install {dist}"
     return ""
 
@@ -256,7 +248,7 @@ def resolve_model(
         if not given:
             explanation.add(source, Outcome.NOT_CONSIDERED, "not given")
             continue
-        exact = [e for e in plugins.models if e.name.casefold() == given.casefold()]
+        exact = [e for e in plugins.models if fold(e.name) == fold(given)]
         if exact:  # a family named outright is taken as is: the user overrides any predicate
             explanation.add(exact[0].name, Outcome.SELECTED, f"named by {source}", str(exact[0].provider))
             return _done(explanation, exact[0], rule, f"{source} names the family {exact[0].name}")

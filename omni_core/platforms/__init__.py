@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import math
-import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from omni_core.errors import ConfigError, OmniError, PlatformSelectionError
+# OMNI_PROBE_TIMEOUT is read in omni_core.config, the one module that reads the environment
+from omni_core.config import DEFAULT_PROBE_TIMEOUT_S as DEFAULT_PROBE_TIMEOUT_S
+from omni_core.config import probe_timeout as probe_timeout
+from omni_core.errors import OmniError, PlatformSelectionError, ProbeTimeoutError
+from omni_core.identity import DeclaredIdentity  # name etc. come from the registration
+from omni_core.kinds import Kind
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
@@ -38,7 +41,7 @@ class MemoryInfo:
     total_bytes: int
 
 
-class Platform(abc.ABC):
+class Platform(DeclaredIdentity, abc.ABC, identity_of=Kind.PLATFORM):
     """Everything hardware-specific the rest of omni needs. Subclass it in a platform plugin.
 
     Methods that need the device (and so torch or a vendor SDK) import it inside the method:
@@ -51,7 +54,8 @@ class Platform(abc.ABC):
     device_type: ClassVar[str]
     #: environment variable that restricts visible devices, if the vendor has one
     visible_devices_env: ClassVar[str | None] = None
-    #: whether weights can be parked in host memory and moved in on use
+    #: whether offload strategies can run here (weights parked in host memory and moved in on
+    #: use); ``omni_core.offload.choose_offloader`` refuses offload on a platform that says False
     supports_offload: ClassVar[bool] = False
     #: device<->host copies must be blocking (an allocator that cannot evict during async copies)
     blocking_offload_copies: ClassVar[bool] = False
@@ -121,7 +125,7 @@ class Platform(abc.ABC):
 
             torch.manual_seed(seed)
 
-    def synchronize(self) -> None:  # noqa: B027 - a no-op default is the right answer for the CPU
+    def synchronize(self) -> None:
         """Wait for queued device work to finish (a no-op where work is synchronous)."""
 
     def facts(self) -> dict[str, Any]:
@@ -161,29 +165,10 @@ class PlatformChoice:
         return cls()
 
 
-#: how long a platform probe may take before it is recorded as failed (``OMNI_PROBE_TIMEOUT``)
-DEFAULT_PROBE_TIMEOUT_S = 5.0
 
 
-def probe_timeout(environ: Mapping[str, str] | None = None) -> float:
-    """Seconds each platform probe may take: ``OMNI_PROBE_TIMEOUT``, default 5."""
-    env = os.environ if environ is None else environ
-    raw = env.get("OMNI_PROBE_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_PROBE_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(
-            f"OMNI_PROBE_TIMEOUT={raw!r} is not a number of seconds above 0; set it to e.g. 5, or unset it"
-        )
-    return value
-
-
-class ProbeTimeout(Exception):
-    """A probe did not answer within the time bound."""
+# defined in omni_core.errors (one error hierarchy); the old name keeps working
+ProbeTimeout = ProbeTimeoutError
 
 
 def run_probe(entry: Registered[PlatformSpec], timeout: float, cache_dir: Any = None) -> ProbeResult:

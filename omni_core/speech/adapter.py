@@ -5,32 +5,56 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from omni_core.errors import ModelLoadError, OmniError
+from omni_core.identity import DeclaredIdentity  # name etc. come from the registration
+from omni_core.kinds import Kind
 from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
 
 if TYPE_CHECKING:
     from omni_core.platforms import Platform
     from omni_core.speech.audio import Audio
 
+T = TypeVar("T")
+
 
 @dataclass
 class AdapterContext:
-    """What the runtime hands an adapter when constructing it (once per model)."""
+    """What the runtime hands an adapter when constructing it (once per model).
+
+    The engine decides where the model runs and how it is seeded; the adapter follows: it
+    loads onto :attr:`device` and, when it synthesises in segments, takes them through
+    :meth:`segments`, never choosing a device or seeding a generator itself."""
 
     model_dir: Path
     #: the checkpoint's ``config.json`` as a dict (empty when there is none)
     config: Mapping[str, Any] = field(default_factory=dict)
+    #: the platform the engine runs the model on (None only for a context built by hand)
     platform: Platform | None = None
     #: the deploy ``model_stage`` this model runs as, if the deployment names one
     model_stage: str | None = None
 
+    @property
+    def device(self) -> Any:
+        """The device to load onto and compute on: the platform's device 0 (None, meaning torch's
+        default, for a context without a platform). Resolved on use, so a torch-free adapter
+        never imports torch."""
+        return self.platform.device(0) if self.platform is not None else None
 
-class TTSAdapter(abc.ABC):
+    def segments(self, seed: int, segments: Iterable[T]) -> Iterator[T]:
+        """Each of ``segments``, the platform seeded for it by the one per-segment rule
+        (:func:`omni_core.speech.seeding.segment_seed`): iterate an utterance's sentences
+        through this, in ``generate`` and ``stream`` alike, and both give the same audio."""
+        from omni_core.speech.seeding import seeded_segments
+
+        return seeded_segments(self.platform, seed, segments)
+
+
+class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
     """One TTS family: which models it serves, how requests are shaped, how audio is made.
 
     Lifecycle: constructed once per model with an :class:`AdapterContext`, then :meth:`load`;
@@ -75,7 +99,7 @@ class TTSAdapter(abc.ABC):
 
     @abc.abstractmethod
     def load(self) -> None:
-        """Load the model from ``self.ctx.model_dir`` onto the platform's device."""
+        """Load the model from ``self.ctx.model_dir`` onto ``self.ctx.device`` (the engine's choice)."""
 
     def normalize(self, request: SpeechRequest) -> SpeechRequest:
         """Fill defaults and tidy the request (e.g. the default voice). Runs before validation."""
@@ -107,7 +131,9 @@ class TTSAdapter(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
-        """Synthesise the whole utterance at the native sample rate, deterministically for ``seed``."""
+        """Synthesise the whole utterance at the native sample rate, deterministically for ``seed``.
+        The engine has seeded the platform with ``seed`` already; an adapter that works in
+        segments reseeds per segment through ``self.ctx.segments(seed, ...)``."""
 
     def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         """Yield audio incrementally. Adapters declaring ``streaming`` override this so the

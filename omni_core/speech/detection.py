@@ -7,17 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import TTSDetectionError as TTSDetectionError
 from omni_core.inputs import read_checkpoint_json
 from omni_core.selection import Explanation, Outcome
 
 if TYPE_CHECKING:
     from omni_core.plugins import PluginSet
     from omni_core.registry import Registered, TTSAdapterSpec
-
-
-class TTSDetectionError(OmniError):
-    """No adapter, or two equally ranked adapters, match a model."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from omni_core.errors import OmniError
+# defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
+from omni_core.errors import SpeechRequestError as SpeechRequestError
 from omni_core.inputs import check_seed
 
 AudioFormat = Literal["wav", "pcm", "flac", "mp3"]
@@ -15,10 +16,6 @@ AUDIO_FORMATS: tuple[str, ...] = ("wav", "pcm", "flac", "mp3")
 
 #: longest input the runtime accepts unless an adapter declares less
 MAX_INPUT_CHARS = 4096
-
-
-class SpeechRequestError(OmniError, ValueError):
-    """A speech request that cannot be served: the message names the rule and the fix."""
 
 
 class SpeechRequest(BaseModel):
@@ -48,8 +45,7 @@ class SpeechRequest(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(_describe(e) for e in exc.errors())
-            raise SpeechRequestError(f"invalid speech request: {problems}") from None
+            raise SpeechRequestError.from_validation(exc, what="speech request", model=cls) from None
 
     @field_validator("seed")
     @classmethod
@@ -60,15 +56,6 @@ class SpeechRequest(BaseModel):
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v if v is None or v.strip() else None
-
-
-def _describe(error: Any) -> str:
-    where = ".".join(str(p) for p in error["loc"]) or "request"
-    if error["type"] == "extra_forbidden":
-        return f"unknown field {where!r} (known: {', '.join(SpeechRequest.model_fields)})"
-    if error["type"] == "value_error":  # our own validators' messages say it all
-        return str(error["ctx"]["error"])
-    return f"{where}: {error['msg']}"
 
 
 class TTSCapabilities(BaseModel):

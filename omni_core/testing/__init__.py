@@ -18,12 +18,21 @@ torch and none of the referenced modules; each declared capability holds for its
 no name overlaps another installed plugin. The same checks are available as plain functions
 (:func:`check_plugin`) that return problems instead of failing.
 
+Attention backends compare against :func:`reference_attention`, the one reference (additive
+masks, fully masked rows give zeros as torch's SDPA does on the CPU).
+
+Registries for a test, without installing anything: register by hand (``registrar =
+ModelRegistrar(Provider(...)); registrar.register(...)``), then ``plugin_set_of(registrar.offers())``
+(or :func:`build_registries`), the same builder ``load_plugins`` uses.
+
 Fixtures: ``omni_isolated`` gives a test a private config and cache directory and clears
 every ``OMNI_*`` filter variable, so the user's own settings never leak into a test.
 """
 
 from __future__ import annotations
 
+from omni_core.attention.reference import reference_attention, reference_attention_varlen
+from omni_core.plugins import build_registries, plugin_set_of
 from omni_core.testing.checks import (
     CAPABILITY_CHECKS,
     check_capabilities,
@@ -41,6 +50,7 @@ from omni_core.testing.suite import PluginConformance
 __all__ = [
     "CAPABILITY_CHECKS",
     "PluginConformance",
+    "build_registries",
     "check_capabilities",
     "check_import_light",
     "check_lazy_refs",
@@ -50,4 +60,7 @@ __all__ = [
     "check_registration",
     "isolated_settings",
     "omni_isolated",
+    "plugin_set_of",
+    "reference_attention",
+    "reference_attention_varlen",
 ]

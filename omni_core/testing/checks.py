@@ -75,9 +75,12 @@ def check_registration(name: str) -> list[str]:
     if record is None:
         return problems
     if record.status is not Status.OK:
-        details = [w for w in record.warnings if "Traceback" in w]
+        details = [record.traceback] if record.traceback else []
         return [f"{record.status}: {record.reason} (fix: {record.fix})", *details]
-    return [f"plugin {name!r}: {w}" for w in record.warnings if w.startswith("unknown hook")]
+    # an unknown hook, or declared-style hooks under an omni_api range that admits API 1.0
+    return [
+        f"plugin {name!r}: {w}" for w in record.warnings if w.startswith("unknown hook") or "omni_core.declared" in w
+    ]
 
 
 def check_lazy_refs(name: str) -> list[str]:
@@ -185,36 +188,13 @@ def _check_platform(entry: Registered[Any], obj: Any) -> list[str]:
     return problems
 
 
-def _reference_attention(q: Any, k: Any, v: Any, scale: float, causal: bool, mask: Any) -> Any:
-    import torch
-
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        allowed = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2)
-
-
 def _check_attention_backend(entry: Registered[Any], obj: Any) -> list[str]:
     from omni_core.attention import AttentionMetadata, contract_problems
 
     problems = [f"attention backend {entry.name!r}: {p}" for p in contract_problems(obj)]
     if problems:
         return problems
-    if obj.name.casefold() != entry.name.casefold():
-        problems.append(f"backend class name {obj.name!r} != registered {entry.name!r}")
-    if tuple(entry.spec.device_types) != tuple(obj.device_types):
-        problems.append(
-            f"attention backend {entry.name!r}: registered device_types {tuple(entry.spec.device_types)} "
-            f"!= the class's {tuple(obj.device_types)}"
-        )
+    # name and device_types: checked and set from the registration first (_with_identity)
     if obj.device_types and "cpu" not in obj.device_types:
         return problems  # numerics are checked on the hardware it declares (vendor test suites)
     if importlib.util.find_spec("torch") is None:
@@ -242,32 +222,51 @@ def _check_attention_backend(entry: Registered[Any], obj: Any) -> list[str]:
         return problems
     import torch
 
+    from omni_core.attention.reference import reference_attention
+
     gen = torch.Generator().manual_seed(0)
     head = obj.supported_head_sizes[0] if obj.supported_head_sizes else 64
-    cases = [("plain", 4, 4, False, False)]
+    # (label, query heads, kv heads, causal, mask kind)
+    cases: list[tuple[str, int, int, bool, str | None]] = [("plain", 4, 4, False, None)]
     if obj.supports_causal:
-        cases.append(("causal", 4, 4, True, False))
+        cases.append(("causal", 4, 4, True, None))
     if obj.supports_gqa:
-        cases.append(("gqa", 4, 2, False, False))
+        cases.append(("gqa", 4, 2, False, None))
     if obj.supports_mask:
-        cases.append(("mask", 4, 4, False, True))
-    for label, hq, hkv, causal, use_mask in cases:
+        cases += [("mask", 4, 4, False, "bool"), ("additive mask", 4, 4, False, "additive")]
+        cases.append(("fully masked rows", 4, 4, False, "empty rows"))
+    for label, hq, hkv, causal, mask_kind in cases:
         q = torch.randn(2, 7, hq, head, generator=gen)
         k = torch.randn(2, 9, hkv, head, generator=gen)
         v = torch.randn(2, 9, hkv, head, generator=gen)
-        mask = torch.rand(2, 1, 7, 9, generator=gen) > 0.3 if use_mask else None
-        if mask is not None:
-            mask[..., 0] = True  # every query keeps one key
+        mask = _conformance_mask(torch, gen, mask_kind)
         impl = obj.create(hq, head, None, causal, hkv, prefix="conformance")
         out = impl.forward(q, k, v, AttentionMetadata(attn_mask=mask))
-        ref = _reference_attention(q, k, v, head**-0.5, causal, mask)
+        ref = reference_attention(q, k, v, scale=head**-0.5, causal=causal, mask=mask)
         if tuple(out.shape) != tuple(q.shape):
             problems.append(f"{entry.name} {label}: output shape {tuple(out.shape)} != query shape {tuple(q.shape)}")
             continue
         err = (out.double() - ref).abs().max().item()
-        if err > 1e-4:
+        if not err <= 1e-4:  # NaN fails too (a fully masked row must give zeros, not NaN)
             problems.append(f"{entry.name} {label}: max abs error {err:.2e} against the reference (float32, tol 1e-4)")
     return problems
+
+
+def _conformance_mask(torch: Any, gen: Any, kind: str | None) -> Any:
+    """The masks the kit checks a mask-taking backend with, all ``(2, 1, 7, 9)``."""
+    if kind is None:
+        return None
+    keep = torch.rand(2, 1, 7, 9, generator=gen) > 0.3
+    if kind == "empty rows":
+        keep[..., 0] = True
+        keep[0, :, 2] = False  # query 2 of batch 0 sees no key: the reference gives zeros
+        return keep
+    keep[..., 0] = True  # every query keeps one key
+    if kind == "bool":
+        return keep
+    # additive: a real-valued bias where kept, -inf where masked
+    bias = torch.randn(2, 1, 7, 9, generator=gen)
+    return bias.masked_fill(~keep, float("-inf"))
 
 
 def _check_tts_adapter(entry: Registered[Any], obj: Any) -> list[str]:
@@ -279,16 +278,7 @@ def _check_tts_adapter(entry: Registered[Any], obj: Any) -> list[str]:
     problems = []
     if getattr(obj, "__abstractmethods__", None):
         problems.append(f"{label} leaves {sorted(obj.__abstractmethods__)} unimplemented")
-    if getattr(obj, "name", None) != entry.name:
-        problems.append(f"{label}: class name attribute {getattr(obj, 'name', None)!r} != registered {entry.name!r}")
-    for attr in ("stage_keys", "model_archs"):
-        declared, registered = set(getattr(obj, attr)), set(getattr(entry.spec, attr))
-        if declared != registered:
-            problems.append(f"{label}: class {attr} {sorted(declared)} != registered {sorted(registered)}")
-    if obj.detect_priority != entry.spec.detect_priority:
-        problems.append(
-            f"{label}: class detect_priority {obj.detect_priority} != registered {entry.spec.detect_priority}"
-        )
+    # name, stage_keys, model_archs, detect_priority: checked and set first (_with_identity)
     if obj.backend not in ("ar", "non_ar"):
         problems.append(f"{label}: backend must be 'ar' or 'non_ar', not {obj.backend!r}")
     return problems
@@ -325,10 +315,7 @@ def _check_model(entry: Registered[Any], obj: Any) -> list[str]:
             f"{label}: {entry.spec.ref} is an image or video family, so its 'profile' must be an "
             f"omni_core.generation.request.GenerationProfile, not {type(profile).__name__}"
         )
-    elif registered and profile.task not in registered:
-        problems.append(
-            f"{label}: the profile's task {profile.task!r} is not among the registered tasks {list(registered)}"
-        )
+    # the profile's task among the registered tasks: checked first (_with_identity)
     missing = [m for m in GENERATION_MODEL_METHODS if not callable(getattr(obj, m, None))]
     if missing:
         problems.append(
@@ -343,21 +330,40 @@ def _check_offloader(entry: Registered[Any], obj: Any) -> list[str]:
     from omni_core.offload import offloader_contract_problems
 
     label = f"offloader {entry.name!r}"
-    problems = [f"{label}: {p}" for p in offloader_contract_problems(obj)]
-    if not problems and obj.name != entry.name:
-        problems.append(f"{label}: class name attribute {obj.name!r} != registered {entry.name!r}")
-    return problems
+    # its name: checked and set from the registration first (_with_identity)
+    return [f"{label}: {p}" for p in offloader_contract_problems(obj)]
+
+
+def _with_identity(check: CapabilityCheck) -> CapabilityCheck:
+    """``check`` preceded by the one identity check (:mod:`omni_core.identity`): a class that
+    states its ``name`` (``device_types``, ``stage_keys``, ...) differently from its registration
+    is named; one that agrees gets the attributes it leaves out, as ``entry.load()`` does, so a
+    check given a class directly sees what a loaded one has."""
+
+    def run(entry: Registered[Any], obj: Any) -> list[str]:
+        from omni_core.identity import bind, identity_problems
+
+        problems = identity_problems(obj, entry.spec.kind, entry.spec)
+        if not problems:
+            bind(obj, entry.spec.kind, entry.spec, entry.provider.plugin)
+        return [f"{entry.spec.kind.label} {entry.name!r}: {p}" for p in problems] + check(entry, obj)
+
+    run.__doc__ = check.__doc__
+    return run
 
 
 #: per-kind capability checks; kinds whose contracts grow add their checks here
 CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
-    Kind.PLATFORM: _check_platform,
-    Kind.ATTENTION_BACKEND: _check_attention_backend,
-    Kind.MODEL: _check_model,
-    Kind.TTS_ADAPTER: _check_tts_adapter,
-    Kind.CONNECTOR: _check_callable,
-    Kind.OFFLOADER: _check_offloader,
-    Kind.COMMAND: _check_callable,
+    kind: _with_identity(check)
+    for kind, check in (
+        (Kind.PLATFORM, _check_platform),
+        (Kind.ATTENTION_BACKEND, _check_attention_backend),
+        (Kind.MODEL, _check_model),
+        (Kind.TTS_ADAPTER, _check_tts_adapter),
+        (Kind.CONNECTOR, _check_callable),
+        (Kind.OFFLOADER, _check_offloader),
+        (Kind.COMMAND, _check_callable),
+    )
 }
 
 

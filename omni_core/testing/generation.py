@@ -17,13 +17,17 @@ from typing import Any
 
 def tiny_checkpoints(plugins: Any, tmp_path_factory: Any) -> Callable[[str], Path]:
     """``make(family)``: the registered family's tiny checkpoint, made through the registry
-    (as ``omni models make-tiny`` does) once per session."""
+    (as ``omni models make-tiny`` does, marker included) once per session."""
+    from omni_core.tiny import write_marker
+
     made: dict[str, Path] = {}
 
     def make(family: str) -> Path:
         if family not in made:
             directory = tmp_path_factory.mktemp(family) / f"tiny-{family}"
-            plugins.models.get(family).load().make_tiny(directory, seed=0)
+            entry = plugins.models.get(family)
+            entry.load().make_tiny(directory, seed=0)
+            write_marker(directory, family=entry.name, seed=0, provider=str(entry.provider))
             made[family] = directory
         return made[family]
 

@@ -30,14 +30,14 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     """Check the environment, platform and every plugin; exit 1 if anything needs fixing."""
     from omni_core import PLUGIN_API_VERSION, __version__
     from omni_core.breadcrumb import remembered_crashes
-    from omni_core.config import Settings
+    from omni_core.config import current_settings
     from omni_core.discovery import Status, discover
     from omni_core.guard import contained, describe
     from omni_core.platforms import explain_platform
     from omni_core.plugins import HEAVY_IMPORT_FIX, load_plugins
     from omni_core.state import HealthStore
 
-    settings = Settings.from_env()
+    settings = current_settings()
     problems: list[dict[str, str]] = []
     # Said before loading: a plugin that ended the last run (os._exit) may end this one too.
     # Only for plugins still installed and enabled: disabling one is how the user settles it.
@@ -100,6 +100,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                 "fix": r.fix,
                 "import_seconds": r.import_seconds,
                 "heavy_imports": list(r.heavy_imports),
+                "warnings": list(r.warnings),
+                "notes": list(r.notes),
+                "traceback": r.traceback,
             }
         )
         if r.status.is_problem:
@@ -173,7 +176,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         here = {choice.name, report.get("hardware", {}).get("device_type", choice.name)}
         for r in plugin_set.records:
             needs = list(r.manifest.requires_hardware) if r.manifest else []
-            if r.status.value == "ok" and needs and not here & set(needs):
+            if r.status is Status.OK and needs and not here & set(needs):
                 notes.append(f"plugin {r.name!r} is for {', '.join(needs)} hardware; this machine runs {choice.name}")
     report["notes"] = notes
     report["problems"] = problems
@@ -190,6 +193,7 @@ def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -
     """The automatic attention choice for the common roles, and every backend's availability."""
     from omni_core.attention.config import AttentionConfig, AttentionConfigError
     from omni_core.attention.selector import describe_backends, explain_attention
+    from omni_core.selection import Outcome
 
     roles = {}
     for role in ("self", "cross"):
@@ -201,7 +205,7 @@ def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -
         roles[role] = explanation.to_dict()
         if choice is None:
             # name why each candidate cannot run (a missing package, say): the fix depends on it
-            why = "; ".join(f"{c.name}: {c.reason}" for c in explanation.candidates if c.outcome.value == "rejected")
+            why = "; ".join(f"{c.name}: {c.reason}" for c in explanation.candidates if c.outcome is Outcome.REJECTED)
             problems.append(
                 {
                     "problem": f"no attention backend can run role {role!r}" + (f" ({why})" if why else ""),

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, echo, emit_json, fail
+from omni_cli.output import EXIT_PROBLEMS, EXIT_STRICT, echo, emit_json, fail_with
 
 app = OmniTyper(help="Explain how omni chose something: candidates, rejections, winner.", no_args_is_help=True)
 
@@ -38,7 +38,7 @@ def explain_attention_cmd(
     ),
     config: str = typer.Option("", "--config", help="Attention config as JSON, or a backend name."),
     backend: str = typer.Option(
-        "", "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Global backend (shorthand for default)."
+        "", "--attention-backend", help="Global backend (shorthand for default); beats OMNI_ATTENTION_BACKEND."
     ),
     platform: str = typer.Option("", "--platform", help="Explain for this platform (as OMNI_PLATFORM would)."),
     head_size: int = typer.Option(0, "--head-size", help="Head size of the call (0: any)."),
@@ -47,24 +47,29 @@ def explain_attention_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Which attention backend each role gets on this platform, and why."""
-    import os
+    import dataclasses
 
-    from omni_core.attention.config import AttentionConfig
+    from omni_core.attention.config import layered_attention
     from omni_core.attention.selector import CallProfile, describe_backends, explain_attention
+    from omni_core.config import EngineSettings, current_settings
     from omni_core.platforms import PlatformChoice, select_platform
     from omni_core.plugins import load_plugins
     from omni_core.selection import Explanation
 
-    if platform:
-        os.environ["OMNI_PLATFORM"] = platform  # what plugins see in omni_configure
-    plugins = load_plugins()
+    settings = current_settings()
+    if platform:  # the flag beats OMNI_PLATFORM and the config file; plugins see it in omni_configure
+        settings = dataclasses.replace(settings, platform=platform)
+    plugins = load_plugins(settings)
     if platform:
         # explaining for another machine: the platform is used without its hardware, so its
         # probe is not asked (a forced OMNI_PLATFORM would refuse absent hardware)
         chosen_platform = PlatformChoice(plugins.platforms.get(platform), Explanation("platform")).instantiate()
     else:
         chosen_platform = select_platform(plugins).instantiate()
-    attention = AttentionConfig.parse(config or None, backend=backend or None)
+    # the same layering as a run, less the recipe: flags > OMNI_ATTENTION_BACKEND > the platform's chain
+    attention = layered_attention(
+        config or None, backend=backend or None, environment=EngineSettings.from_env().attention_backend
+    )
     call = CallProfile(head_size=head_size or None, dtype=dtype or None, mask=mask)
     results = []
     failed = False
@@ -106,7 +111,7 @@ def explain_tts_cmd(
         identity = ModelIdentity.from_dir(model, model_stage or None)
         choice, explanation = explain_tts(plugins, identity, adapter or None)
     except OmniError as exc:
-        raise fail(str(exc)) from None
+        raise fail_with(exc) from None
     overlaps = overlapping_adapters(plugins)
     if as_json:
         emit_json(
@@ -133,7 +138,7 @@ def explain_model_cmd(
     model_class_name: str = typer.Option("", "--model-class-name", help="Explain an explicit family or class."),
     recipe: Path | None = typer.Option(None, "--recipe", help="Recipe YAML whose pins apply."),
     attention_backend: str = typer.Option(
-        "", "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Attention backend for every role."
+        "", "--attention-backend", help="Attention backend for every role (beats a recipe, OMNI_ATTENTION_BACKEND)."
     ),
     attention_config: str = typer.Option("", "--attention-config", help="Per-role attention config as JSON."),
     offload: list[str] = typer.Option([], "--offload", help="Offload strategy to check."),
@@ -165,7 +170,7 @@ def explain_model_cmd(
         family = resolution.entry.load()
         explanations = family.plan(model, EngineOptions.build(resolution, plugins, loaded_recipe, given))
     except (OmniError, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail_with(exc) from None
     profile = family.profile_for(model)
     if as_json:
         emit_json(

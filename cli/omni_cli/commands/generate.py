@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from omni_cli.output import fail
+from omni_cli.output import fail, fail_with
 
 #: the family of the embedded default model, and the seed of its random weights
 DEFAULT_IMAGE_FAMILY = "flux1-schnell"
@@ -33,13 +33,15 @@ def embedded_default(plugins: Any) -> Path:
     """The embedded default checkpoint, made now if missing or made by another plugin version
     (once, under a lock, when several processes start at once)."""
     from omni_cli.commands.models import ensure_tiny
-    from omni_core.errors import OmniError
+    from omni_core.errors import UnknownExtensionError
 
     if DEFAULT_IMAGE_FAMILY not in plugins.models:
-        raise OmniError(
+        raise UnknownExtensionError(
             f"the embedded default model needs the {DEFAULT_IMAGE_FAMILY!r} model family, which is "
             f"{plugins.models.why_missing(DEFAULT_IMAGE_FAMILY)}. Install it with `pip install omni-plugin-flux` "
-            "(from a checkout: `pip install -e omni_plugins/flux`), or pass --model DIR"
+            "(from a checkout: `pip install -e omni_plugins/flux`), or pass --model DIR",
+            kind="model",
+            name=DEFAULT_IMAGE_FAMILY,
         )
     directory = default_model_dir()
     ensure_tiny(plugins, DEFAULT_IMAGE_FAMILY, directory, seed=DEFAULT_IMAGE_SEED)
@@ -75,7 +77,7 @@ def generate(
         [], "--extra", help="A model-specific option as KEY=VALUE (VALUE is JSON, else text); repeatable."
     ),
     attention_backend: str | None = typer.Option(
-        None, "--attention-backend", envvar="OMNI_ATTENTION_BACKEND", help="Attention backend for every role."
+        None, "--attention-backend", help="Attention backend for every role (beats a recipe, OMNI_ATTENTION_BACKEND)."
     ),
     attention_config: str | None = typer.Option(
         None, "--attention-config", help='Per-role attention as JSON, e.g. {"per_role": {"cross": {"backend": "X"}}}.'
@@ -85,15 +87,15 @@ def generate(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Generate an image (or a video) from PROMPT with the model family that serves the checkpoint."""
-    from omni_cli.commands.models import read_marker
     from omni_core.api import Omni, identify_model
-    from omni_core.errors import OmniError
+    from omni_core.errors import ModelNotServedError, OmniError
     from omni_core.fsutil import check_writable_dir
     from omni_core.generation.model import validate_request
     from omni_core.generation.outputs import plan_outputs
     from omni_core.generation.recipe import load_recipe
     from omni_core.generation.request import GenerationRequest
     from omni_core.plugins import get_plugins
+    from omni_core.tiny import read_marker
 
     if image is not None and not image.is_file():
         raise fail(f"input image {str(image)!r} is not a file")
@@ -130,9 +132,10 @@ def generate(
         # checks of --extra values), and where the outputs go.
         served = identify_model(model_dir, plugins=plugins, model_class_name=model_class_name, recipe=loaded_recipe)
         if served.modality != "generation" or served.resolution is None:
-            raise OmniError(
+            raise ModelNotServedError(
                 f"{model_dir} is {served.describe()}; `omni generate` makes images and videos. "
-                f'Speak with it instead: omni speak "TEXT" --model {model_dir}'
+                f'Speak with it instead: omni speak "TEXT" --model {model_dir}',
+                name=served.name,
             )
         resolved = validate_request(served.resolution.entry.load(), model_dir, request)
         # the seed is drawn now (when not given) so the output names are known before loading
@@ -167,7 +170,7 @@ def generate(
             result = omni.generate(request)
             written = result.save(out if out is not None else Path.cwd(), fmt)
     except (OmniError, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail_with(exc) from None
     meta = result.metadata
     req = meta.request
     shape = f"{req.width}x{req.height}" + (f", {req.num_frames} frames at {req.fps} fps" if req.is_video else "")

@@ -35,8 +35,7 @@ def check_staged(staging: Path) -> list[tuple[str, str]]:
     cannot load. Packages without a manifest (ordinary dependencies) are not checked."""
     from importlib import metadata
 
-    from omni_core._version import PLUGIN_API_VERSION
-    from omni_core.discovery import api_compatible
+    from omni_core.discovery import check_api_range
     from omni_core.errors import ManifestError
     from omni_core.manifest import MANIFEST_FILENAME, parse_manifest
 
@@ -52,15 +51,9 @@ def check_staged(staging: Path) -> list[tuple[str, str]]:
         except (ManifestError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             refused.append((label, f"invalid manifest: {exc}"))
             continue
-        try:
-            ok = api_compatible(manifest.omni_api)
-        except Exception:
-            refused.append((label, f"omni_api {manifest.omni_api!r} is not a version range"))
-            continue
-        if not ok:
-            refused.append(
-                (label, f"supports omni plugin API {manifest.omni_api}, this omni provides {PLUGIN_API_VERSION}")
-            )
+        check = check_api_range(manifest.omni_api, str(dist.metadata["Name"]))
+        if not check.ok:
+            refused.append((label, check.reason))
     return refused
 
 

@@ -8,19 +8,16 @@ Families are TTS adapters (``config.json`` layout) and image and video model fam
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.output import emit_json, fail, table
+from omni_cli.output import emit_json, fail_with, table
+from omni_core.tiny import MARKER_FILENAME, read_marker, write_marker
 
 app = OmniTyper(help="Model families of the installed plugins, and tiny checkpoints of them.", no_args_is_help=True)
-
-#: written next to a tiny checkpoint: which family and plugin made it, and from what seed
-MARKER = "omni-tiny.json"
 
 
 def _has_maker(cls: Any) -> bool:
@@ -67,7 +64,7 @@ def families(plugins: Any) -> list[dict[str, Any]]:
 
 
 #: files that mark a directory as a checkpoint, which ``make-tiny --force`` may replace
-CHECKPOINT_FILES = (MARKER, "model_index.json", "config.json")
+CHECKPOINT_FILES = (MARKER_FILENAME, "model_index.json", "config.json")
 
 
 def is_checkpoint(directory: Path) -> bool:
@@ -83,7 +80,7 @@ def make_tiny(
 
     ``force`` replaces an existing checkpoint; ``force_any`` replaces any non-empty directory
     (``force`` alone refuses one that is not a checkpoint: a home or a folder of photos)."""
-    from omni_core.errors import OmniError, UnknownExtensionError
+    from omni_core.errors import OmniError, OutputError, UnknownExtensionError
     from omni_core.fsutil import FileWriteError, replace_dir
     from omni_core.quiet import quiet_libraries
 
@@ -99,18 +96,22 @@ def make_tiny(
         )
     cls = entry.load()
     if not _has_maker(cls):
-        raise OmniError(f"{entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)")
+        raise UnknownExtensionError(
+            f"{entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)",
+            name=entry.name,
+            plugin=entry.provider.plugin,
+        )
     directory = directory.expanduser()
     if directory.exists() and not directory.is_dir():
         raise FileWriteError(f"{directory} is a file, not a directory; choose a directory for the checkpoint")
     if directory.is_dir() and any(directory.iterdir()):
         if not (force or force_any):
-            raise OmniError(
+            raise OutputError(
                 f"{directory} exists and is not empty; choose another directory, or pass --force to replace "
                 "the checkpoint in it"
             )
         if not force_any and not is_checkpoint(directory):
-            raise OmniError(
+            raise OutputError(
                 f"{directory} is not a checkpoint (it has no {', '.join(CHECKPOINT_FILES)}), so --force will not "
                 "replace it; choose another directory, or pass --force-any to delete everything in it and "
                 "write the checkpoint there"
@@ -129,8 +130,7 @@ def make_tiny(
             ) from None
         if not (scratch / layout_file).is_file():
             raise OmniError(f"{entry.name}.make_tiny ({entry.provider}) wrote no {layout_file}")
-        marker = {"family": entry.name, "seed": seed, "provider": str(entry.provider), "random_weights": True}
-        (scratch / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        write_marker(scratch, family=entry.name, seed=seed, provider=str(entry.provider))
 
     return replace_dir(directory, build, replace=True)
 
@@ -153,14 +153,6 @@ def ensure_tiny(plugins: Any, family: str, directory: Path, seed: int) -> bool:
         typer.echo(f"making the embedded default: a tiny {family} checkpoint in {directory} ...")
         make_tiny(plugins, family, directory, seed=seed, force_any=True)  # omni's own cache directory
     return True
-
-
-def read_marker(directory: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _size(directory: Path) -> str:
@@ -217,7 +209,7 @@ def make_tiny_cmd(
     try:
         path = make_tiny(get_plugins(), family, directory, seed=seed, force=force, force_any=force_any)
     except OmniError as exc:
-        raise fail(str(exc)) from None
+        raise fail_with(exc) from None
     typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")
     if (path / "model_index.json").is_file():
         typer.echo(f'try: omni generate "a red fox in snow" --model {path}')

@@ -30,9 +30,10 @@ def list_plugins(
 ) -> None:
     """Show installed plugins, their status and what each provides."""
     from omni_cli.inventory import take_inventory
+    from omni_core.discovery import Status
 
     inventory = take_inventory(load=load)
-    shown = [r for r in inventory.records if show_all or r.status.value != "disabled"]
+    shown = [r for r in inventory.records if show_all or r.status is not Status.DISABLED]
     hidden = len(inventory.records) - len(shown)
     problems = inventory.problems()
     if as_json:
@@ -61,7 +62,7 @@ def list_plugins(
                     echo(f"  {r.name}: {p['kind']} {p['name']} -> {p['ref']} (priority {p['priority']})")
         for r in shown:
             data = inventory.record_dict(r)
-            if data["status"] not in ("ok", "disabled"):
+            if Status(data["status"]).is_problem:
                 echo(f"\n{r.name}: {data['status']}: {data['reason']}\n  fix: {data['fix'] or '-'}")
         for c in inventory.conflicts:
             echo(f"\nconflict: {c.message()}")
@@ -121,6 +122,10 @@ def show(
         echo(f"  hardware:     {', '.join(data['requires_hardware'])}")
     for w in data["warnings"]:
         echo(f"  warning:      {w}")
+    for n in data["notes"]:
+        echo(f"  note:         {n}")
+    if data["traceback"]:
+        echo("  traceback:    " + data["traceback"].replace("\n", "\n                "))
     for other in data["same_name"]:
         echo(
             f"  same name:    {other['name']} ({other['distribution']} {other['version']}): {other['status']}"
@@ -143,10 +148,10 @@ def show(
 
 
 def _set_disabled(name: str, disabled: bool) -> None:
-    from omni_core.config import Settings, UserConfig
+    from omni_core.config import UserConfig, current_settings
     from omni_core.discovery import discover
 
-    settings = Settings.from_env()
+    settings = current_settings()
     config = UserConfig.load(settings.config_path)
     records = discover(settings)
     installed = {r.name.casefold() for r in records}
@@ -230,10 +235,11 @@ def unpin(
 def freeze() -> None:
     """Print `distribution==version` for every active plugin (a requirements file)."""
     from omni_cli.inventory import take_inventory
+    from omni_core.discovery import Status
 
     inventory = take_inventory(load=False)
     lines = sorted(
-        {f"{r.distribution}=={r.version}" for r in inventory.records if inventory.effective_status(r)[0] == "ok"}
+        {f"{r.distribution}=={r.version}" for r in inventory.records if inventory.effective_status(r)[0] is Status.OK}
     )
     for line in lines:
         echo(line)

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from omni_cli.output import fail
+from omni_cli.output import fail, fail_with
 
 #: the family of the embedded default model
 DEFAULT_TTS_FAMILY = "vits"
@@ -31,14 +31,16 @@ def embedded_default(plugins: Any) -> Path:
     """The embedded default checkpoint, made now if missing or made by another plugin version
     (once, under a lock, when several processes start at once)."""
     from omni_cli.commands.models import ensure_tiny
-    from omni_core.errors import OmniError
+    from omni_core.errors import UnknownExtensionError
 
     if DEFAULT_TTS_FAMILY not in plugins.tts_adapters:
-        raise OmniError(
+        raise UnknownExtensionError(
             f"the embedded default model needs the {DEFAULT_TTS_FAMILY!r} TTS adapter, which is "
             f"{plugins.tts_adapters.why_missing(DEFAULT_TTS_FAMILY)}. Install it with "
             f"`pip install omni-plugin-{DEFAULT_TTS_FAMILY}` (from a checkout: "
-            f"`pip install -e omni_plugins/{DEFAULT_TTS_FAMILY}`), or pass --model DIR"
+            f"`pip install -e omni_plugins/{DEFAULT_TTS_FAMILY}`), or pass --model DIR",
+            kind="tts_adapter",
+            name=DEFAULT_TTS_FAMILY,
         )
     directory = default_model_dir()
     ensure_tiny(plugins, DEFAULT_TTS_FAMILY, directory, seed=DEFAULT_TTS_SEED)
@@ -173,12 +175,12 @@ def speak(
     stream: bool = typer.Option(False, "--stream", help="Write chunks as the model produces them."),
 ) -> None:
     """Speak TEXT through the TTS adapter that serves the model, and write an audio file."""
-    from omni_cli.commands.models import read_marker
     from omni_core.api import Omni, identify_model
-    from omni_core.errors import OmniError
+    from omni_core.errors import ModelNotServedError, OmniError, OutputError
     from omni_core.fsutil import check_writable_dir
     from omni_core.plugins import get_plugins
     from omni_core.speech.request import AUDIO_FORMATS, SpeechRequest
+    from omni_core.tiny import read_marker
 
     if fmt is None:
         suffix = out.suffix.lstrip(".").lower() if out is not None else ""
@@ -212,8 +214,9 @@ def speak(
         # serves the model (JSON only: an image checkpoint is refused here, not after loading).
         SpeechRequest.parse({"input": text, **fields})
         if path.is_dir():
-            raise OmniError(
-                f"cannot write {path}: it is a directory; --out takes a file name, e.g. {path / ('speech.' + fmt)}"
+            raise OutputError(
+                f"cannot write {path}: it is a directory; --out takes a file name, e.g. {path / ('speech.' + fmt)}",
+                field="out",
             )
         check_writable_dir(path.parent, path)
         plugins = get_plugins()
@@ -222,9 +225,10 @@ def speak(
         assert model_dir is not None
         served = identify_model(model_dir, plugins=plugins, adapter=adapter, expect="speech")
         if served.modality != "speech":
-            raise OmniError(
+            raise ModelNotServedError(
                 f"{model_dir} is {served.describe()}, not a speech model; `omni speak` makes audio. "
-                f'Generate with it instead: omni generate "PROMPT" --model {model_dir}'
+                f'Generate with it instead: omni generate "PROMPT" --model {model_dir}',
+                name=served.name,
             )
         omni = Omni(model_dir, adapter=adapter, plugins=plugins)
         if default:
@@ -241,7 +245,7 @@ def speak(
             else:
                 _speak_whole(omni, text, fields, path)
     except OmniError as exc:
-        raise fail(str(exc)) from None
+        raise fail_with(exc) from None
 
 
 def _rows(rows: list[tuple[str, str]]) -> None:
@@ -272,7 +276,7 @@ def _speak_whole(omni: Any, text: str, fields: dict[str, Any], path: Path) -> No
 
 
 def _speak_streaming(omni: Any, text: str, fields: dict[str, Any], path: Path) -> None:
-    from omni_core.errors import OmniError
+    from omni_core.errors import ModelRuntimeError
 
     start = time.perf_counter()
     chunks = omni.stream_speech(text, **fields)  # validated here, before any audio is made
@@ -292,7 +296,9 @@ def _speak_streaming(omni: Any, text: str, fields: dict[str, Any], path: Path) -
     writer.close()
     elapsed = time.perf_counter() - start
     if count == 0:
-        raise OmniError(f"adapter {omni.adapter!r} streamed no audio for this text")
+        raise ModelRuntimeError(
+            f"adapter {omni.adapter!r} streamed no audio for this text", kind="tts_adapter", name=omni.adapter
+        )
     duration = frames / rate
     _rows(
         [

@@ -13,7 +13,7 @@ the remaining codebooks (non-causal) -> EnCodec waveform. A voice is a *voice pr
   it onto the defaults, so the temperatures and the rest survive). The coarse budget follows
   from the semantic one (about three coarse tokens per semantic token).
 * **Long text** is generated sentence by sentence (:func:`omni_core.speech.text.segment_text`), each
-  sentence seeded from the request seed and its index, so :meth:`BarkAdapter.stream` yields
+  sentence seeded by the engine's per-segment rule (``self.ctx.segments``), so :meth:`BarkAdapter.stream` yields
   one chunk per sentence and the chunks concatenate to exactly what
   :meth:`BarkAdapter.generate` returns.
 * **Not supported:** native speed control (the runtime time-stretches), cloning from raw
@@ -48,18 +48,9 @@ BARK_SEMANTIC_MAX_NEW_TOKENS = 768
 BARK_SEMANTIC_BLOCK_SIZE = 1024
 
 
-def segment_seed(seed: int, index: int) -> int:
-    """The seed of sentence ``index`` of a request seeded with ``seed``."""
-    return (seed + 1_000_003 * index) % 2**63
-
-
 class BarkAdapter(TTSAdapter):
     """Serves ``BarkModel`` checkpoints (``suno/bark``, ``suno/bark-small`` and their layout)."""
 
-    name: ClassVar[str] = "bark"
-    stage_keys: ClassVar[frozenset[str]] = frozenset({"bark"})
-    model_archs: ClassVar[frozenset[str]] = frozenset({"BarkModel"})
-    detect_priority: ClassVar[int] = 100
     backend: ClassVar[Literal["ar", "non_ar"]] = "ar"
 
     #: the original Bark sampling temperatures (text 0.7, waveform 0.7, fine 0.5)
@@ -161,12 +152,10 @@ class BarkAdapter(TTSAdapter):
 
     def load(self) -> None:
         import numpy as np
-        import torch
         from transformers import BarkModel, BarkProcessor
 
         require_model_type(self.ctx, self.name, "bark")
-        platform = self.ctx.platform
-        self._device = platform.device() if platform is not None else torch.device("cpu")
+        self._device = self.ctx.device  # the engine's choice
         model_dir = str(self.ctx.model_dir)
         with loading(model_dir, "the Bark model"):
             self._model = BarkModel.from_pretrained(model_dir, local_files_only=True).to(self._device).eval()
@@ -244,7 +233,7 @@ class BarkAdapter(TTSAdapter):
 
     # --- synthesis --------------------------------------------------------------------------------
 
-    def _segment_audio(self, text: str, voice: str | None, sampling: dict[str, Any], seed: int) -> Audio:
+    def _segment_audio(self, text: str, voice: str | None, sampling: dict[str, Any]) -> Audio:
         import numpy as np
         import torch
 
@@ -264,10 +253,6 @@ class BarkAdapter(TTSAdapter):
         }
         if history is not None:
             kwargs["history_prompt"] = {key: value.to(self._device) for key, value in history.items()}
-        if self.ctx.platform is not None:
-            self.ctx.platform.seed_everything(seed)
-        else:
-            torch.manual_seed(seed)
         with torch.inference_mode():
             waveform = model.generate(**kwargs, **sampling)
         samples = waveform[0].detach().to(torch.float32).cpu().numpy()
@@ -275,8 +260,8 @@ class BarkAdapter(TTSAdapter):
 
     def _synthesize(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         voice = prepared.prompt.get("voice")
-        for index, text in enumerate(prepared.prompt["segments"]):
-            yield self._segment_audio(text, voice, prepared.sampling, segment_seed(seed, index))
+        for text in self.ctx.segments(seed, prepared.prompt["segments"]):
+            yield self._segment_audio(text, voice, prepared.sampling)
 
     def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
         from omni_core.speech.audio import Audio

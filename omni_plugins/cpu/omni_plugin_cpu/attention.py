@@ -69,7 +69,6 @@ class TorchSDPAImpl(AttentionImpl):
 
 
 class TorchSDPABackend(AttentionBackend):
-    name: ClassVar[str] = "TORCH_SDPA"
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16", "float64")
     supports_mask: ClassVar[bool] = True
     supports_causal: ClassVar[bool] = True

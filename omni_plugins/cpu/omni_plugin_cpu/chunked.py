@@ -189,7 +189,6 @@ class ChunkedAttentionImpl(AttentionImpl):
 
 
 class ChunkedBackend(AttentionBackend):
-    name: ClassVar[str] = "CHUNKED_ATTN"
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16", "float64")
     supports_mask: ClassVar[bool] = True
     supports_causal: ClassVar[bool] = True

@@ -1,22 +1,15 @@
-"""REFERENCE_ATTN: the attention definition written out in plain torch math, for parity checks.
+"""REFERENCE_ATTN: the reference attention of the conformance kit behind the backend contract.
 
-It is deliberately simple and slow: it materialises the full ``(batch, heads, seq_q, seq_k)``
-score matrix, so its memory grows with ``seq_q * seq_k``. It is never chosen automatically
-(no platform lists it in its default chain); name it explicitly to compare another backend
-against it.
-
-The definition, for each batch ``b`` and query head ``h`` (kv head ``h // (Hq // Hkv)``)::
-
-    scores = q @ k^T * softmax_scale                      # (seq_q, seq_k)
-    scores[i, j] = -inf  where causal and j > i + (seq_k - seq_q)   # aligned to the end
-    scores[i, j] = -inf  where a boolean mask is False     # True = attend
-    scores      += mask  for an additive float mask        # broadcast to (B, H, Sq, Sk)
-    out = softmax(scores, dim=-1) @ v
+The math is :func:`omni_core.attention.reference.reference_attention`, the one definition every
+backend is checked against (causal aligned to the end, boolean and additive masks, GQA, and
+zeros for a query row whose keys are all masked, as ``TORCH_SDPA`` returns on CPU). It is
+deliberately simple and slow: it materialises the full ``(batch, heads, seq_q, seq_k)`` score
+matrix, so its memory grows with ``seq_q * seq_k``. It is never chosen automatically (no
+platform lists it in its default chain); name it explicitly to compare another backend against
+it.
 
 Computation happens in float32 (float64 for float64 inputs); the output has the input dtype.
-A query row whose keys are all masked (by causal alignment or by the mask) gets an output of
-zeros, which is what ``TORCH_SDPA`` returns on CPU for such rows (a naive softmax would give
-NaN). Variable-length batches (``cu_seqlens_q``/``cu_seqlens_k`` in ``metadata.extra``, packed
+Variable-length batches (``cu_seqlens_q``/``cu_seqlens_k`` in ``metadata.extra``, packed
 inputs of batch 1) apply the definition to each sequence separately; as with ``TORCH_SDPA``
 they cannot be combined with ``attn_mask``.
 """
@@ -75,37 +68,15 @@ class ReferenceAttentionImpl(AttentionImpl):
         return self._dense(query, key, value, mask)
 
     def _dense(self, query: Any, key: Any, value: Any, mask: Any) -> Any:
-        import torch
+        from omni_core.attention.reference import reference_attention
 
-        dtype = compute_dtype(query.dtype)
-        # (B, S, H, D) -> (B, H, S, D), in the compute dtype
-        q, k, v = (t.transpose(1, 2).to(dtype) for t in (query, key, value))
-        groups = q.shape[1] // k.shape[1]
-        if groups > 1:  # GQA/MQA: query head h reads kv head h // groups
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-
-        scores = (q @ k.transpose(-1, -2)) * self.softmax_scale  # (B, H, Sq, Sk)
-        sq, sk = scores.shape[-2:]
-        if self.causal:
-            allowed = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).tril(diagonal=sk - sq)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        if mask is not None:
-            if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            else:
-                scores = scores + mask.to(dtype)
-
-        probs = scores.softmax(dim=-1)
-        # Rows with no key to attend to: zeros, as TORCH_SDPA returns (softmax would give NaN).
-        no_key = torch.isneginf(scores).all(dim=-1, keepdim=True)
-        probs = probs.masked_fill(no_key, 0.0)
-        out = probs @ v  # (B, H, Sq, D)
-        return out.transpose(1, 2).to(query.dtype)
+        out = reference_attention(
+            query, key, value, scale=self.softmax_scale, causal=self.causal, mask=mask, dtype=compute_dtype(query.dtype)
+        )
+        return out.to(query.dtype)
 
 
 class ReferenceBackend(AttentionBackend):
-    name: ClassVar[str] = "REFERENCE_ATTN"
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16", "float64")
     supports_mask: ClassVar[bool] = True
     supports_causal: ClassVar[bool] = True

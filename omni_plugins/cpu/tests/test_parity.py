@@ -34,6 +34,8 @@ from omni_core.attention.selector import select_attention
 from omni_core.config import Settings
 from omni_core.platforms import select_platform
 from omni_core.plugins import load_plugins
+from omni_core.testing import reference_attention as ground_truth
+from omni_core.testing import reference_attention_varlen
 
 EXPECTED = {"TORCH_SDPA", "REFERENCE_ATTN", "CHUNKED_ATTN"}
 #: max abs error against the float64 ground truth, per input dtype
@@ -87,32 +89,6 @@ def test_expected_backends_are_discovered_and_runnable():
 
 
 # --- ground truth --------------------------------------------------------------------------------
-
-
-def ground_truth(q, k, v, scale, causal=False, mask=None):
-    """Attention from the definition, in float64. (B, S, H, D) in and out."""
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = q @ k.transpose(-1, -2) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:  # aligned to the end: query i sees keys j <= i + sk - sq
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
-    weights = scores.softmax(-1)
-    weights = weights.masked_fill(torch.isneginf(scores).all(-1, keepdim=True), 0.0)  # no key: zeros
-    return (weights @ v).transpose(1, 2)
-
-
-def ground_truth_varlen(q, k, v, scale, causal, cu_q, cu_k):
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for i in range(len(cu_q) - 1):
-        sq, sk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
-        out[:, sq] = ground_truth(q[:, sq], k[:, sk], v[:, sk], scale, causal)
-    return out
 
 
 def rand(*shape, dtype=torch.float32, seed=0):
@@ -204,7 +180,7 @@ def run_case(backend_name: str, case: Case, dtype: torch.dtype) -> tuple[torch.T
     out = impl.forward(q, k, v, AttentionMetadata(attn_mask=mask, extra=extra))
     scale = case.scale if case.scale is not None else case.head**-0.5
     if case.varlen is not None:
-        ref = ground_truth_varlen(q, k, v, scale, case.causal, *case.varlen)
+        ref = reference_attention_varlen(q, k, v, *case.varlen, scale=scale, causal=case.causal)
     else:
         ref = ground_truth(q, k, v, scale, case.causal, mask)
     assert out.shape == q.shape and out.dtype == dtype

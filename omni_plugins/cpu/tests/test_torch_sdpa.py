@@ -7,23 +7,9 @@ import torch
 from omni_plugin_cpu.attention import TorchSDPABackend
 
 from omni_core.attention import AttentionMetadata
+from omni_core.testing import reference_attention as reference
 
 TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 4e-3}
-
-
-def reference(q, k, v, scale, causal=False, mask=None):
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = q @ k.transpose(-1, -2) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
-    return (scores.softmax(-1) @ v).transpose(1, 2)
 
 
 def rand(*shape, dtype=torch.float32, seed=0):

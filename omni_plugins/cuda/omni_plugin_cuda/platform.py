@@ -50,7 +50,6 @@ def cuda_attention_chain(
 
 
 class CudaPlatform(Platform):
-    name: ClassVar[str] = "cuda"
     device_type: ClassVar[str] = "cuda"
     visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     supports_offload: ClassVar[bool] = True

@@ -34,21 +34,15 @@ def module(name: str, *, package: bool = False, **attrs: Any) -> types.ModuleTyp
 def attend(q: Any, k: Any, v: Any, scale: float, causal: bool, keep: Any = None) -> Any:
     """Attention the way the vendor kernels define it, on ``(seq, heads, dim)`` tensors in
     float32: query head ``h`` reads key/value head ``h // (Hq / Hkv)``; causal attention is
-    aligned to the bottom-right; ``keep`` is a boolean ``(seq_q, seq_k)`` mask."""
-    sq, hq, _ = q.shape
-    sk, hk, _ = k.shape
-    assert hq % hk == 0, f"query heads {hq} not a multiple of kv heads {hk}"
-    group = hq // hk
-    kv_head = torch.arange(hq) // group
-    qf, kf, vf = q.float(), k.float()[:, kv_head], v.float()[:, kv_head]
-    scores = torch.einsum("qhd,khd->hqk", qf, kf) * scale
-    allowed = torch.ones(sq, sk, dtype=torch.bool)
-    if causal:
-        allowed &= torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-    if keep is not None:
-        allowed &= keep.to(torch.bool)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), vf)
+    aligned to the bottom-right; ``keep`` is a boolean ``(seq_q, seq_k)`` mask. The math is the
+    conformance kit's reference."""
+    from omni_core.testing import reference_attention
+
+    assert q.shape[1] % k.shape[1] == 0, f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}"
+    mask = None if keep is None else keep.to(torch.bool)
+    return reference_attention(
+        q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, causal, mask, dtype=torch.float32
+    )[0]
 
 
 def _check_cu(cu: Any, total: int, name: str) -> list[int]:

@@ -25,6 +25,7 @@ from omni_plugin_cuda.attention.trtllm import TrtllmAttentionBackend
 
 from omni_core.attention import AttentionMetadata
 from omni_core.attention.config import AttentionSpec
+from omni_core.testing import reference_attention as reference
 
 TOLERANCE = {torch.bfloat16: 2.5e-2, torch.float16: 4e-3}
 
@@ -35,21 +36,6 @@ CASES = [
     pytest.param((1, 5, 12, 4, 4, 128, True), id="causal-end-aligned"),
     pytest.param((2, 9, 31, 6, 1, 128, False), id="mqa-cross"),
 ]
-
-
-def reference(q, k, v, scale, causal=False, mask=None):  # type: ignore[no-untyped-def]
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = q @ k.transpose(-1, -2) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
-    return (scores.softmax(-1) @ v).transpose(1, 2)
 
 
 def rand(*shape, dtype=torch.bfloat16, seed=0):  # type: ignore[no-untyped-def]

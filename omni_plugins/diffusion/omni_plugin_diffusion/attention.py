@@ -65,27 +65,48 @@ def is_attention_module(module: Any) -> bool:
 
 
 class AttentionRouter:
-    """Sends each attention call of the routed transformers to its role's backend."""
+    """Sends each attention call of the routed transformers to its role's backend.
 
-    def __init__(self, choices: dict[str, AttentionChoice], role_of: Callable[[str], tuple[str, str]]) -> None:
+    A call site is an attention module whose path matches one of the family's globs, or the
+    routed transformer itself for a call made outside every attention module. A call from a
+    site no glob matches is an error naming the site: it never borrows another role's
+    backend. The router counts calls per (role, backend) and per routed transformer, so the
+    report says what ran, and a transformer that ran without calling attention is caught."""
+
+    def __init__(
+        self,
+        choices: dict[str, AttentionChoice],
+        role_of: Callable[[str], tuple[str, str] | None],
+        family: str = "this family",
+    ) -> None:
         #: role -> choice, for every role the family declares
         self.choices = choices
         self._role_of = role_of
+        self.family = family
         self._impls: dict[tuple[Any, ...], AttentionImpl] = {}
         self._handles: list[Any] = []
         #: (role, backend) -> number of attention calls served
         self.calls: Counter[tuple[str, str]] = Counter()
+        #: routed transformer -> forward passes, and attention calls made inside them
+        self.passes: Counter[str] = Counter()
+        self.calls_in: Counter[str] = Counter()
         install()
+
+    def _site_role(self, path: str) -> str | None:
+        site = self._role_of(path)
+        if site is None or site[0] not in self.choices:
+            return None
+        return site[0]
 
     def attach(self, component: str, module: Any) -> None:
         """Route the attention inside ``module`` (a transformer) while it runs."""
         for path, sub in module.named_modules():
             if path and is_attention_module(sub):
-                role = self._role_of(f"{component}.{path}")[0]
-                if role not in self.choices:
-                    raise KeyError(f"attention role {role!r} at {component}.{path} has no backend choice")
-                self._handles.append(sub.register_forward_pre_hook(self._enter_site(role)))
-        self._handles.append(module.register_forward_pre_hook(self._activate))
+                site = f"{component}.{path}"
+                self._handles.append(sub.register_forward_pre_hook(self._enter_site(self._site_role(site), site)))
+                self._handles.append(sub.register_forward_hook(self._leave_site, always_call=True))
+        outside = self._site_role(component)
+        self._handles.append(module.register_forward_pre_hook(self._activate(component, outside)))
         self._handles.append(module.register_forward_hook(self._deactivate, always_call=True))
 
     def detach(self) -> None:
@@ -94,17 +115,26 @@ class AttentionRouter:
         self._handles.clear()
 
     @staticmethod
-    def _enter_site(role: str) -> Callable[..., None]:
+    def _enter_site(role: str | None, site: str) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
-            _local.role = role
+            _local.sites = [*getattr(_local, "sites", []), (role, site)]
 
         return hook
 
-    def _activate(self, module: Any, args: Any) -> None:
-        _local.router, _local.role = self, "self"
+    @staticmethod
+    def _leave_site(module: Any, args: Any, output: Any) -> None:
+        sites = getattr(_local, "sites", [])
+        _local.sites = sites[:-1]
+
+    def _activate(self, component: str, role: str | None) -> Callable[..., None]:
+        def hook(module: Any, args: Any) -> None:
+            _local.router, _local.component, _local.sites = self, component, [(role, component)]
+            self.passes[component] += 1
+
+        return hook
 
     def _deactivate(self, module: Any, args: Any, output: Any) -> None:
-        _local.router = None
+        _local.router, _local.sites = None, []
 
     @contextmanager
     def suspended(self) -> Iterator[None]:
@@ -119,10 +149,18 @@ class AttentionRouter:
     def attend(
         self, query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool, scale: float | None
     ) -> Any:
+        from omni_core.errors import ModelRuntimeError
+
         if dropout_p:
             raise ValueError("attention dropout is a training feature; omni's attention backends run inference only")
-        role = getattr(_local, "role", "self")
-        choice = self.choices.get(role) or self.choices["self"]
+        role, site = (getattr(_local, "sites", None) or [(None, "?")])[-1]
+        if role is None:
+            raise ModelRuntimeError(
+                f"{self.family}: an attention call at {site} matches none of the family's attention_roles "
+                f"(declared roles: {', '.join(self.choices)}), so omni cannot tell which backend it should use. "
+                "This is a gap in the family plugin: add a glob for that site to its attention_roles"
+            )
+        choice = self.choices[role]
         _, heads, _, head_dim = query.shape
         kv_heads = key.shape[1]
         impl_key = (choice.role, heads, kv_heads, head_dim, scale, is_causal)
@@ -138,16 +176,25 @@ class AttentionRouter:
         with self.suspended():
             out = impl.forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), metadata)
         self.calls[(role, choice.backend)] += 1
+        self.calls_in[getattr(_local, "component", "?")] += 1
         return out.transpose(1, 2)
 
-    def backends(self) -> dict[str, str]:
-        """role -> backend that is configured for it."""
-        return {role: choice.backend for role, choice in self.choices.items()}
+    def reset(self) -> None:
+        """Forget the counts (the engine calls it before each generation)."""
+        self.calls.clear()
+        self.passes.clear()
+        self.calls_in.clear()
 
     def ran(self) -> dict[str, str]:
-        """role -> backend(s) that actually served calls since the counters were last reset."""
+        """role -> backend that actually served calls since the last :meth:`reset`; a role that
+        made no call is absent (never filled in from the configuration)."""
         out: dict[str, set[str]] = {}
         for (role, backend), n in self.calls.items():
             if n:
                 out.setdefault(role, set()).add(backend)
         return {role: "+".join(sorted(b)) for role, b in out.items()}
+
+    def silent(self) -> list[str]:
+        """Routed transformers that ran a forward pass without making one attention call: their
+        attention went somewhere omni does not route, so no chosen backend ran for them."""
+        return [component for component, n in self.passes.items() if n and not self.calls_in[component]]

@@ -28,16 +28,13 @@ from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, Generat
 from omni_core.generation.request import GenerationRequest
 from omni_core.offload import OffloadChoice, OffloadPlan, choose_offloader
 from omni_core.selection import Explanation
+from omni_core.tiny import has_random_weights
 from omni_plugin_diffusion.attention import AttentionRouter
 
 if TYPE_CHECKING:
     from omni_core.generation.model import EngineOptions
     from omni_core.offload import Offloader
     from omni_plugin_diffusion.family import DiffusersFamily
-
-#: written by ``omni models make-tiny`` next to a tiny checkpoint
-TINY_MARKER = "omni-tiny.json"
-
 
 __all__ = ["DiffusionEngine", "ModelLoadError", "StartupPlan", "plan_startup"]
 
@@ -86,11 +83,9 @@ def plan_startup(family_cls: type[DiffusersFamily], model_dir: Path, options: En
         if choice is None:
             raise OmniError(f"no attention backend can run role {role!r} of {options.family}:\n{explanation.render()}")
         choices[role] = choice
-    if "self" not in choices:  # calls outside any declared site default to "self"
-        choices["self"] = next(iter(choices.values()))
     features = {f"family:{options.family}", f"platform:{platform.name}", *family_cls.features}
     features |= {f"attention:{c.backend}" for c in choices.values()}
-    offload, explanations["offload"] = choose_offloader(plugins, options.offload, features)
+    offload, explanations["offload"] = choose_offloader(plugins, options.offload, features, platform)
     return StartupPlan(plugins, platform, dtype, choices, offload, explanations)
 
 
@@ -109,7 +104,7 @@ class DiffusionEngine:
         self.explanations = startup.explanations
         self.pipeline = self._load()
         self.device = self.platform.device(0)
-        self.router = AttentionRouter(self.choices, family_cls.role_for)
+        self.router = AttentionRouter(self.choices, family_cls.declared_site, self.family)
         for name in family_cls.dit_modules:
             module = getattr(self.pipeline, name, None)
             if module is not None:
@@ -134,7 +129,7 @@ class DiffusionEngine:
             self.offloader.check()
             self.offloader.enable()
         self.pipeline.set_progress_bar_config(disable=not options.progress, desc=f"{self.family} denoising")
-        self.random_weights = (model_dir / TINY_MARKER).is_file()
+        self.random_weights = has_random_weights(model_dir)
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -205,7 +200,7 @@ class DiffusionEngine:
         # a CPU generator makes the initial noise identical on every device for a given seed
         kwargs["generator"] = torch.Generator(device="cpu").manual_seed(resolved.seed)
         kwargs["output_type"] = "np"
-        self.router.calls.clear()
+        self.router.reset()
         started = time.perf_counter()
         try:
             with torch.inference_mode():
@@ -215,12 +210,13 @@ class DiffusionEngine:
         except Exception as exc:  # the runtime's own failure: named, with the cause chained for OMNI_DEBUG=1
             raise ModelRuntimeError(self._run_failure(exc)) from exc
         seconds = time.perf_counter() - started
+        self._check_attention_ran()
         metadata = GenerationMetadata(
             model=str(self.model_dir),
             family=self.family,
             provider=self.options.provider,
             request=resolved,
-            attention=self.router.ran() or self.router.backends(),
+            attention=self.router.ran(),
             offload=self.offloader.name if self.offloader else None,
             device=str(self.device),
             dtype=self.dtype,
@@ -232,6 +228,20 @@ class DiffusionEngine:
             return GenerationResult(images=[], videos=videos, metadata=metadata)
         images = [GeneratedImage(_to_uint8(img), index=i) for i, img in enumerate(output.images)]
         return GenerationResult(images=images, videos=[], metadata=metadata)
+
+    def _check_attention_ran(self) -> None:
+        """A routed transformer that ran without one attention call computed its attention
+        somewhere omni does not route (a custom processor, a fused kernel of its own): the
+        backends chosen for its roles never ran, and the report must not claim they did."""
+        silent = self.router.silent()
+        if silent:
+            roles = ", ".join(self.choices)
+            raise ModelRuntimeError(
+                f"{self.family}: {' and '.join(silent)} ran without making one attention call through torch's "
+                f"scaled_dot_product_attention, so the backends chosen for its roles ({roles}) never ran. Its "
+                "attention processors compute attention some other way; the family plugin must keep diffusers' "
+                f"SDPA-based processors (report this to {self.options.provider or 'the family plugin'})"
+            )
 
     def _run_failure(self, exc: Exception) -> str:
         text = _first_line(exc)

@@ -120,12 +120,19 @@ class DiffusersFamily:
         return value if isinstance(value, int) else None
 
     @classmethod
-    def role_for(cls, module_path: str) -> tuple[str, str]:
-        """(role, category) of the attention call site at ``module_path``."""
+    def declared_site(cls, module_path: str) -> tuple[str, str] | None:
+        """(role, category) of the attention call site at ``module_path``; None when no glob of
+        ``attention_roles`` matches (the runtime refuses attention calls from such a site)."""
         for pattern, role, category in cls.attention_roles:
             if fnmatch.fnmatchcase(module_path, pattern):
                 return role, category
-        return "self", "self"
+        return None
+
+    @classmethod
+    def role_for(cls, module_path: str) -> tuple[str, str]:
+        """(role, category) of the attention call site at ``module_path``, ``("self", "self")``
+        where no glob matches (see :meth:`declared_site`)."""
+        return cls.declared_site(module_path) or ("self", "self")
 
     @classmethod
     def passes_masks(cls, role: str) -> bool:

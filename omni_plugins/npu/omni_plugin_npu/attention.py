@@ -247,14 +247,12 @@ class NpuFusedAttentionImpl(AttentionImpl):
 
 
 class NpuFusedAttentionBackend(AttentionBackend):
-    name: ClassVar[str] = "NPU_FUSED_ATTN"
     #: the kernel's documented input dtypes (Atlas A2/A3)
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float16", "bfloat16", "float32")
     supports_mask: ClassVar[bool] = True
     supports_causal: ClassVar[bool] = True
     supports_gqa: ClassVar[bool] = True
     supports_varlen: ClassVar[bool] = True
-    device_types: ClassVar[tuple[str, ...]] = ("npu",)
     required_packages: ClassVar[tuple[str, ...]] = ("torch_npu",)
 
     @classmethod

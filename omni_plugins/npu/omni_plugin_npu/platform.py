@@ -59,7 +59,6 @@ def _torch_npu() -> Any:
 class NpuPlatform(Platform):
     """Ascend NPUs. Constructing it is cheap; every method imports torch_npu when it runs."""
 
-    name: ClassVar[str] = "npu"
     device_type: ClassVar[str] = "npu"
     visible_devices_env: ClassVar[str | None] = VISIBLE_ENV
     supports_offload: ClassVar[bool] = True

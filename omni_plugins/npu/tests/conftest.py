@@ -57,15 +57,11 @@ def npu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeAscendMa
 
 def _attend(q: Any, k: Any, v: Any, scale: float, blocked: Any) -> Any:
     """(S, N, D) attention in float64; ``blocked`` is (N or 1, Sq, Sk) with True = masked out.
-    Rows with nothing to attend to come out as zeros."""
-    q, k, v = (t.double().transpose(0, 1) for t in (q, k, v))  # -> (N, S, D)
-    if k.shape[0] != q.shape[0]:
-        k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
-        v = v.repeat_interleave(q.shape[0] // v.shape[0], dim=0)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, float("-inf"))
-    return (scores.softmax(-1).nan_to_num(0.0) @ v).transpose(0, 1)
+    The math is the conformance kit's reference (rows with nothing to attend to are zeros)."""
+    from omni_core.testing import reference_attention
+
+    keep = None if blocked is None else ~blocked.unsqueeze(0)  # (1, N or 1, Sq, Sk), True = attend
+    return reference_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, mask=keep)[0]
 
 
 def _compressed_causal(atten_mask: Any, sparse_mode: int) -> None:
@@ -273,25 +269,9 @@ def npu_plugins(omni_isolated: Path) -> Iterator[Any]:
     yield load_plugins(dataclasses.replace(settings, allow_plugins=keep, deny_plugins=others))
 
 
-def reference_attention(q: Any, k: Any, v: Any, scale: float, causal: bool = False, mask: Any = None) -> Any:
-    """Attention from its definition, in float64, on (batch, seq, heads, dim) tensors;
-    ``mask`` is omni's: bool True = attend, or additive."""
-    import torch
-
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = q @ k.transpose(-1, -2) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
-    return (scores.softmax(-1) @ v).transpose(1, 2)
-
-
 @pytest.fixture
 def reference() -> Any:
+    """The conformance kit's reference attention (float64, (batch, seq, heads, dim))."""
+    from omni_core.testing import reference_attention
+
     return reference_attention

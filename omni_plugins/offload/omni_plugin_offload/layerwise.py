@@ -34,7 +34,6 @@ DIT = "dit_modules"
 class LayerwiseOffloader(HookingOffloader):
     """Transformer blocks stream through the device in a window; the rest stays resident."""
 
-    name: ClassVar[str] = "layerwise"
     extra_options: ClassVar[dict[str, str]] = {
         "window": "int >= 1: blocks resident from the running one on (default 1); the next one is prefetched",
     }

@@ -21,7 +21,7 @@ this strategy calls it and installs nothing.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from omni_core.offload import OffloadConfigError
 from omni_plugin_offload.base import HookingOffloader, Layout, _is_module
@@ -33,8 +33,6 @@ DIT, ENCODERS = "dit_modules", "encoder_modules"
 
 class ModelCpuOffloader(HookingOffloader):
     """The denoisers and the encoders take turns on the compute device; the VAE stays."""
-
-    name: ClassVar[str] = "model_cpu"
 
     def __init__(self, plan: Any, device: Any, options: dict[str, Any] | None = None) -> None:
         super().__init__(plan, device, options)

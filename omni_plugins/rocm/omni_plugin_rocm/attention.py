@@ -100,14 +100,11 @@ class RocmAiterFlashAttentionImpl(AttentionImpl):
 
 
 class RocmAiterFlashAttentionBackend(AttentionBackend):
-    name: ClassVar[str] = "ROCM_AITER_FA"
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float16", "bfloat16")
     supports_mask: ClassVar[bool] = False
     supports_causal: ClassVar[bool] = True
     supports_gqa: ClassVar[bool] = True
     supports_varlen: ClassVar[bool] = True
-    #: ROCm torch's device type for HIP GPUs
-    device_types: ClassVar[tuple[str, ...]] = ("cuda",)
     required_packages: ClassVar[tuple[str, ...]] = ("aiter",)
     #: GPU architectures AITER's flash attention kernels are built and validated for
     supported_archs: ClassVar[tuple[str, ...]] = ("gfx942", "gfx950")

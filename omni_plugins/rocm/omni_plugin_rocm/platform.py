@@ -102,7 +102,6 @@ def probe() -> ProbeResult:
 class RocmPlatform(Platform):
     """AMD GPUs. Constructing it is cheap; every method imports torch when it runs."""
 
-    name: ClassVar[str] = "rocm"
     #: a ROCm build of torch drives HIP devices through torch.cuda, as device type "cuda"
     device_type: ClassVar[str] = "cuda"
     visible_devices_env: ClassVar[str | None] = VISIBLE_ENV

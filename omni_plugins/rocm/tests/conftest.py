@@ -129,20 +129,11 @@ def rocm_torch(monkeypatch: pytest.MonkeyPatch) -> FakeHipTorch:
 
 def _attend(q: Any, k: Any, v: Any, scale: float, causal: bool) -> Any:
     """(S, H, D) attention in float64 with GQA and bottom-right causal alignment, as AITER does;
-    rows with nothing to attend to are zero, as AITER documents."""
-    import torch
+    rows with nothing to attend to are zero, as AITER documents. The math is the conformance
+    kit's reference."""
+    from omni_core.testing import reference_attention
 
-    q, k, v = (t.double().transpose(0, 1) for t in (q, k, v))  # -> (H, S, D)
-    if k.shape[0] != q.shape[0]:
-        k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
-        v = v.repeat_interleave(q.shape[0] // v.shape[0], dim=0)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    probs = scores.softmax(-1).nan_to_num(0.0)
-    return (probs @ v).transpose(0, 1)
+    return reference_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), scale, causal)[0]
 
 
 def _check_common(q: Any, k: Any, v: Any, dropout_p: float, window_size: Any, alibi_slopes: Any) -> None:
@@ -285,24 +276,9 @@ def rocm_plugins(omni_isolated: Path) -> Iterator[Any]:
     yield load_plugins(dataclasses.replace(settings, allow_plugins=keep, deny_plugins=others))
 
 
-def reference_attention(q: Any, k: Any, v: Any, scale: float, causal: bool = False, mask: Any = None) -> Any:
-    """Attention from its definition, in float64, on (batch, seq, heads, dim) tensors."""
-    import torch
-
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = q @ k.transpose(-1, -2) * scale
-    sq, sk = scores.shape[-2:]
-    if causal:
-        keep = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
-    return (scores.softmax(-1) @ v).transpose(1, 2)
-
-
 @pytest.fixture
 def reference() -> Any:
+    """The conformance kit's reference attention (float64, (batch, seq, heads, dim))."""
+    from omni_core.testing import reference_attention
+
     return reference_attention

@@ -1,25 +1,4 @@
-"""Hook implementations: register names and lazy ``"module:attribute"`` references only.
+"""Registers exactly what ``omni_plugin.toml`` declares (plugin API 1.1): the manifest is the one
+source of this plugin's names and fields, and the core sets the classes' identity from it."""
 
-This module is imported whenever omni loads plugins, so it imports nothing heavy (no torch,
-no diffusers, not even :mod:`omni_plugin_sana.family`). Everything registered here is
-declared, with the same fields, in ``omni_plugin.toml``.
-"""
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from omni_core import hookimpl
-
-if TYPE_CHECKING:
-    from omni_core.registry import ModelRegistrar
-
-
-@hookimpl
-def omni_register_models(registry: ModelRegistrar) -> None:
-    registry.register(
-        "sana",
-        "omni_plugin_sana.family:Sana",
-        architectures=("SanaPipeline",),
-        tasks=("text-to-image",),
-    )
+from omni_core.declared import *  # noqa: F403

@@ -19,8 +19,8 @@ field):
     Sentences spend it in order; once it is spent the remaining sentences are not spoken.
     The stop rule and the per-sentence ratios stay in force alongside it.
 
-Text is spoken sentence by sentence, each sentence seeded on its own from the request's seed
-(the decoder pre-net applies dropout at inference, so the seed matters). That is what makes
+Text is spoken sentence by sentence, each sentence seeded by the engine's per-segment rule
+(``self.ctx.segments``; the decoder pre-net applies dropout at inference, so the seed matters). That is what makes
 :meth:`SpeechT5Adapter.stream` yield a sentence as soon as it is ready, and the chunks
 concatenate to exactly what :meth:`SpeechT5Adapter.generate` returns for the same seed.
 
@@ -66,20 +66,11 @@ _CLONING_MESSAGE = (
 )
 
 
-class SpeechT5CheckpointError(ModelLoadError):
-    """The checkpoint directory lacks a part SpeechT5 needs (the vocoder, the voices)."""
-
-
-def segment_seed(seed: int, index: int) -> int:
-    """The seed sentence ``index`` of a request seeded with ``seed`` is synthesised with."""
-    return (seed + 0x9E3779B1 * index) % 2**32
+#: the core's ModelLoadError (a checkpoint lacking a part SpeechT5 needs); the old name keeps working
+SpeechT5CheckpointError = ModelLoadError
 
 
 class SpeechT5Adapter(TTSAdapter):
-    name: ClassVar[str] = "speecht5"
-    stage_keys: ClassVar[frozenset[str]] = frozenset({"speecht5"})
-    model_archs: ClassVar[frozenset[str]] = frozenset({"SpeechT5ForTextToSpeech"})
-    detect_priority: ClassVar[int] = 100
     backend: ClassVar[Literal["ar", "non_ar"]] = "ar"
 
     def __init__(self, ctx: AdapterContext) -> None:
@@ -113,7 +104,7 @@ class SpeechT5Adapter(TTSAdapter):
     def _vocoder_dir(self) -> Path:
         path = self.model_dir / VOCODER_SUBFOLDER
         if not (path / "config.json").is_file():
-            raise SpeechT5CheckpointError(
+            raise ModelLoadError(
                 f"{self.model_dir} has no {VOCODER_SUBFOLDER}/config.json: SpeechT5 needs its HiFi-GAN vocoder "
                 f"in the {VOCODER_SUBFOLDER}/ subfolder of the checkpoint (e.g. microsoft/speecht5_hifigan "
                 f"downloaded into {path})"
@@ -139,7 +130,6 @@ class SpeechT5Adapter(TTSAdapter):
     # ----------------------------------------------------------------- loading
 
     def load(self) -> None:
-        import torch
         from transformers import SpeechT5ForTextToSpeech, SpeechT5HifiGan, SpeechT5Processor
 
         from omni_plugin_speecht5.voices import load_voices
@@ -148,8 +138,7 @@ class SpeechT5Adapter(TTSAdapter):
         require_model_type(self.ctx, self.name, "speecht5")
         self._vocoder_dir()
         read_voice_names(self.model_dir)
-        platform = self.ctx.platform
-        self.device = platform.device(0) if platform is not None else torch.device("cpu")
+        self.device = self.ctx.device  # the engine's choice
         with loading(self.model_dir, "the SpeechT5 processor"):
             self.processor = SpeechT5Processor.from_pretrained(self.model_dir)
         with loading(self.model_dir, "the SpeechT5 model"):
@@ -249,14 +238,6 @@ class SpeechT5Adapter(TTSAdapter):
             waveform = self.vocoder(spectrogram)
         return spectrogram, waveform
 
-    def _seed(self, seed: int) -> None:
-        if self.ctx.platform is not None:
-            self.ctx.platform.seed_everything(seed)
-        else:
-            import torch
-
-            torch.manual_seed(seed)
-
     def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         import numpy as np
 
@@ -268,11 +249,10 @@ class SpeechT5Adapter(TTSAdapter):
         speaker = self.voices[prepared.tts_params["voice"]]
         remaining = sampling.get("max_frames")
         remaining = None if remaining is None else int(remaining)
-        for index, input_ids in enumerate(prepared.prompt["input_ids"]):
+        for input_ids in self.ctx.segments(seed, prepared.prompt["input_ids"]):
             steps = self._segment_steps(len(input_ids), sampling, remaining)
             if steps[0] < 1:
                 break  # the utterance's frame budget is spent
-            self._seed(segment_seed(seed, index))
             spectrogram, waveform = self._synthesize(input_ids, speaker, sampling, steps)
             if remaining is not None:
                 remaining -= int(spectrogram.shape[0])

@@ -1,14 +1,4 @@
-"""Hook implementations: names and lazy references only (no torch, no transformers here)."""
+"""Registers exactly what ``omni_plugin.toml`` declares (plugin API 1.1): the manifest is the one
+source of this plugin's names and fields, and the core sets the classes' identity from it."""
 
-from omni_core import hookimpl
-
-
-@hookimpl
-def omni_register_tts_adapters(registry):  # type: ignore[no-untyped-def]
-    registry.register(
-        "speecht5",
-        "omni_plugin_speecht5.adapter:SpeechT5Adapter",
-        stage_keys=("speecht5",),
-        model_archs=("SpeechT5ForTextToSpeech",),
-        detect_priority=100,
-    )
+from omni_core.declared import *  # noqa: F403

@@ -17,23 +17,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omni_core.errors import OmniError
+from omni_core.errors import CheckpointFormatError, ModelLoadError
 
 VOICES_FILENAME = "voices.safetensors"
 #: metadata key holding the JSON list of voice names, default first
 ORDER_KEY = "omni_voice_order"
 
 
-class VoicesError(OmniError):
-    """A checkpoint's voices file is missing or malformed."""
+#: the core's error for a checkpoint that cannot be loaded (a missing voices file; a malformed one
+#: raises its subclass CheckpointFormatError); the old name keeps working
+VoicesError = ModelLoadError
 
 
 def voices_path(model_dir: str | Path) -> Path:
     return Path(model_dir) / VOICES_FILENAME
 
 
-def _missing(path: Path) -> VoicesError:
-    return VoicesError(
+def _missing(path: Path) -> ModelLoadError:
+    return ModelLoadError(
         f"{path} does not exist: SpeechT5 speaks only in a voice given as an x-vector speaker "
         "embedding, and this checkpoint ships none. Add some with "
         "omni_plugin_speecht5.voices.save_voices(model_dir, {'name': xvector, ...}) "
@@ -53,18 +54,20 @@ def read_voice_names(model_dir: str | Path) -> tuple[str, ...]:
             names = list(f.keys())
             metadata = f.metadata() or {}
     except Exception as exc:
-        raise VoicesError(f"{path}: not a readable safetensors file ({exc})") from None
+        raise CheckpointFormatError(f"{path}: not a readable safetensors file ({exc})") from None
     if not names:
-        raise VoicesError(f"{path} holds no voices; add at least one x-vector")
+        raise CheckpointFormatError(f"{path} holds no voices; add at least one x-vector")
     order = metadata.get(ORDER_KEY)
     if order is None:
         return tuple(sorted(names))
     try:
         ordered = json.loads(order)
     except ValueError:
-        raise VoicesError(f"{path}: metadata {ORDER_KEY!r} is not a JSON list of names") from None
+        raise CheckpointFormatError(f"{path}: metadata {ORDER_KEY!r} is not a JSON list of names") from None
     if not isinstance(ordered, list) or sorted(ordered) != sorted(names):
-        raise VoicesError(f"{path}: metadata {ORDER_KEY!r} {ordered!r} does not list exactly the tensors {names!r}")
+        raise CheckpointFormatError(
+            f"{path}: metadata {ORDER_KEY!r} {ordered!r} does not list exactly the tensors {names!r}"
+        )
     return tuple(str(n) for n in ordered)
 
 
@@ -78,7 +81,7 @@ def load_voices(model_dir: str | Path, dim: int) -> dict[str, Any]:
     for name in names:
         tensor = tensors[name].float().reshape(-1)
         if tensor.numel() != dim:
-            raise VoicesError(
+            raise CheckpointFormatError(
                 f"{voices_path(model_dir)}: voice {name!r} has {tensor.numel()} values, but the model's "
                 f"speaker_embedding_dim is {dim}"
             )
@@ -93,11 +96,11 @@ def save_voices(model_dir: str | Path, voices: Mapping[str, Any]) -> Path:
     from safetensors.numpy import save_file
 
     if not voices:
-        raise VoicesError("save_voices needs at least one voice")
+        raise ValueError("save_voices needs at least one voice")
     arrays = {}
     for name, vector in voices.items():
         if not name or name != name.strip():
-            raise VoicesError(f"voice name {name!r} must be non-empty without surrounding spaces")
+            raise ValueError(f"voice name {name!r} must be non-empty without surrounding spaces")
         if hasattr(vector, "detach"):
             vector = vector.detach().cpu().numpy()
         arrays[name] = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from omni_plugin_speecht5.tiny import TINY_VOICES
-from omni_plugin_speecht5.voices import VoicesError, read_voice_names, save_voices
+from omni_plugin_speecht5.voices import read_voice_names, save_voices
+
+from omni_core.errors import CheckpointFormatError, ModelLoadError
 
 
 def test_speecht5_tiny_layout(speecht5_tiny: Path) -> None:
@@ -98,9 +100,9 @@ def test_speecht5_random_weights_stop_at_the_frame_budget(speecht5_engine: Any) 
 
 
 def test_speecht5_voices_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(VoicesError, match="x-vector"):
+    with pytest.raises(ModelLoadError, match="x-vector"):
         read_voice_names(tmp_path)
-    with pytest.raises(VoicesError, match="at least one"):
+    with pytest.raises(ValueError, match="at least one"):
         save_voices(tmp_path, {})
     import numpy as np
 
@@ -108,7 +110,7 @@ def test_speecht5_voices_file_errors(tmp_path: Path) -> None:
     assert read_voice_names(tmp_path) == ("zed", "amy")  # insertion order, not sorted
     from omni_plugin_speecht5.voices import load_voices
 
-    with pytest.raises(VoicesError, match="speaker_embedding_dim is 512"):
+    with pytest.raises(CheckpointFormatError, match="speaker_embedding_dim is 512"):
         load_voices(tmp_path, 512)
 
 

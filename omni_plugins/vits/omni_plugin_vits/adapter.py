@@ -8,9 +8,10 @@ What it serves:
 * **Speed.** Native: the request's ``speed`` scales the model's ``speaking_rate`` (the duration
   predictor's length scale), so the runtime never time-stretches VITS audio.
 * **Streaming.** Sentence by sentence. :meth:`VitsAdapter.generate` synthesises each sentence
-  of the normalised input in order, seeding sentence ``i`` with ``seed + i``, and concatenates;
-  :meth:`VitsAdapter.stream` yields the same per-sentence audio, so the stream concatenates to
-  exactly what ``generate`` returns for the same seed.
+  of the normalised input in order, each seeded by the engine's per-segment rule
+  (``self.ctx.segments``), and concatenates; :meth:`VitsAdapter.stream` yields the same
+  per-sentence audio, so the stream concatenates to exactly what ``generate`` returns for the
+  same seed.
 * **Languages.** None, unless the checkpoint declares one (``language`` in ``config.json`` or
   in ``tokenizer_config.json``, as MMS-TTS tokenizers do, e.g. ``"eng"``).
 
@@ -20,7 +21,6 @@ imports every installed adapter class) stays cheap.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 _VOICE = re.compile(r"^speaker_(\d+)$")
 
 
-class VitsLoadError(ModelLoadError):
-    """A VITS checkpoint that cannot be served as it is; the message says what to install or fix."""
+#: the core's ModelLoadError (a VITS checkpoint that cannot be served as it is); the old name keeps working
+VitsLoadError = ModelLoadError
 
 
 def voice_names(num_speakers: int) -> tuple[str, ...]:
@@ -68,10 +68,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 class VitsAdapter(TTSAdapter):
     """VITS and MMS-TTS checkpoints (``architectures: ["VitsModel"]``)."""
 
-    name: ClassVar[str] = "vits"
-    stage_keys: ClassVar[frozenset[str]] = frozenset({"vits"})
-    model_archs: ClassVar[frozenset[str]] = frozenset({"VitsModel"})
-    detect_priority: ClassVar[int] = 100
     backend: ClassVar[Literal["ar", "non_ar"]] = "non_ar"
 
     def __init__(self, ctx: AdapterContext) -> None:
@@ -79,8 +75,7 @@ class VitsAdapter(TTSAdapter):
         self.model: Any = None
         self.tokenizer: Any = None
         self.device: Any = None
-        # One request at a time on the model: the sampling knobs live on the module and the
-        # noise comes from the global torch generator.
+        # One request at a time on the model: the sampling knobs live on the module.
         self._lock = threading.Lock()
         self._caps: TTSCapabilities | None = None
 
@@ -126,23 +121,18 @@ class VitsAdapter(TTSAdapter):
         from transformers.utils import is_phonemizer_available
 
         model_dir = str(self.ctx.model_dir)
-        platform = self.ctx.platform
-        if platform is None:
-            from omni_core.platforms import current_platform
-
-            platform = current_platform()
         require_model_type(self.ctx, self.name, "vits")
         with loading(model_dir, "the VITS tokenizer"):
             tokenizer = VitsTokenizer.from_pretrained(model_dir)
         if tokenizer.phonemize and not is_phonemizer_available():
-            raise VitsLoadError(
+            raise ModelLoadError(
                 f"{model_dir}: this checkpoint's tokenizer phonemizes its input (phonemize=true in "
                 "tokenizer_config.json), which needs the phonemizer package and espeak-ng: "
                 "pip install phonemizer, and install espeak-ng with your system's package manager"
             )
         with loading(model_dir, "the VITS model"):
             model = VitsModel.from_pretrained(model_dir, use_safetensors=True)
-        device = platform.device()
+        device = self.ctx.device  # the engine's choice
         model.to(device).eval()
         self.tokenizer, self.model, self.device = tokenizer, model, device
         self._caps = None
@@ -167,7 +157,7 @@ class VitsAdapter(TTSAdapter):
 
     def _require_loaded(self) -> None:
         if self.model is None or self.tokenizer is None:
-            raise VitsLoadError("the VITS adapter is not loaded; call load() first")
+            raise ModelLoadError("the VITS adapter is not loaded; call load() first")
 
     def _pronounceable(self, text: str) -> str:
         """What the tokenizer keeps of ``text`` (its normalisation drops characters outside the
@@ -233,27 +223,13 @@ class VitsAdapter(TTSAdapter):
     # ------------------------------------------------------------------ synthesis
 
     def _sentences(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
-        """One chunk per sentence, sentence ``i`` seeded with ``seed + i``: generate() and
+        """One chunk per sentence, each seeded by the engine's per-segment rule: generate() and
         stream() both come through here, so their audio is the same bit for bit."""
         speaker_id = prepared.tts_params.get("speaker_id")
-        for i, ids in enumerate(prepared.prompt["input_ids"]):
-            yield self._synthesize(ids, speaker_id, prepared.sampling, seed + i)
+        for ids in self.ctx.segments(seed, prepared.prompt["input_ids"]):
+            yield self._synthesize(ids, speaker_id, prepared.sampling)
 
-    @contextlib.contextmanager
-    def _private_rng(self) -> Iterator[None]:
-        """Seed inside a fork of the generators of the CPU and this device, so a request leaves
-        the process's random state as it found it."""
-        import torch
-
-        if self.device is None or torch.device(self.device).type == "cpu":
-            with torch.random.fork_rng(devices=[]):
-                yield
-            return
-        device = torch.device(self.device)
-        with torch.random.fork_rng(devices=[device.index or 0], device_type=device.type):
-            yield
-
-    def _synthesize(self, input_ids: Any, speaker_id: int | None, sampling: Mapping[str, Any], seed: int) -> Audio:
+    def _synthesize(self, input_ids: Any, speaker_id: int | None, sampling: Mapping[str, Any]) -> Audio:
         import numpy as np
         import torch
 
@@ -262,13 +238,12 @@ class VitsAdapter(TTSAdapter):
         kwargs: dict[str, Any] = {"input_ids": input_ids.to(self.device)}
         if speaker_id is not None:
             kwargs["speaker_id"] = speaker_id
-        with self._lock, self._private_rng(), torch.inference_mode():
+        with self._lock, torch.inference_mode():
             saved = (model.speaking_rate, model.noise_scale, model.noise_scale_duration)
             try:
                 model.speaking_rate = float(sampling.get("speaking_rate", saved[0]))
                 model.noise_scale = float(sampling.get("noise_scale", saved[1]))
                 model.noise_scale_duration = float(sampling.get("noise_scale_duration", saved[2]))
-                torch.manual_seed(seed % 2**64)
                 waveform = model(**kwargs).waveform
             finally:
                 model.speaking_rate, model.noise_scale, model.noise_scale_duration = saved

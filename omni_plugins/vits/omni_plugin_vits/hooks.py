@@ -1,26 +1,4 @@
-"""Hook implementations: register names and lazy ``"module:attribute"`` references only.
+"""Registers exactly what ``omni_plugin.toml`` declares (plugin API 1.1): the manifest is the one
+source of this plugin's names and fields, and the core sets the classes' identity from it."""
 
-This module is imported whenever omni loads plugins, so it imports nothing heavy (no torch,
-no transformers, not even :mod:`omni_plugin_vits.adapter`). Everything registered here is
-declared, with the same fields, in ``omni_plugin.toml``.
-"""
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from omni_core import hookimpl
-
-if TYPE_CHECKING:
-    from omni_core.registry import TTSAdapterRegistrar
-
-
-@hookimpl
-def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
-    registry.register(
-        "vits",
-        "omni_plugin_vits.adapter:VitsAdapter",
-        stage_keys=("vits",),
-        model_archs=("VitsModel",),
-        detect_priority=100,
-    )
+from omni_core.declared import *  # noqa: F403

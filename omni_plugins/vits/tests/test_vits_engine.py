@@ -147,9 +147,11 @@ def test_stream_concatenates_to_speak_bit_for_bit(vits_engine) -> None:  # type:
     assert np.array_equal(np.concatenate([c.samples for c in chunks]), whole.audio.samples)
 
 
-def test_stream_chunk_i_is_sentence_i_seeded_with_seed_plus_i(vits_engine) -> None:  # type: ignore[no-untyped-def]
+def test_stream_chunk_i_is_sentence_i_seeded_with_the_segment_seed(vits_engine) -> None:  # type: ignore[no-untyped-def]
+    from omni_core.speech.seeding import segment_seed
+
     chunks = list(vits_engine.stream({"input": STORY, "seed": 6}))
-    second = vits_engine.speak({"input": "How are you today?", "seed": 7})
+    second = vits_engine.speak({"input": "How are you today?", "seed": segment_seed(6, 1)})
     assert np.array_equal(chunks[1].samples, second.audio.samples)
 
 

@@ -69,7 +69,6 @@ def probe() -> ProbeResult:
 class XpuPlatform(Platform):
     """Intel GPUs. Constructing it is cheap; every method imports torch when it runs."""
 
-    name: ClassVar[str] = "xpu"
     device_type: ClassVar[str] = "xpu"
     visible_devices_env: ClassVar[str | None] = VISIBLE_ENV
     supports_offload: ClassVar[bool] = True

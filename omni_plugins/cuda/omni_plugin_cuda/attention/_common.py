@@ -82,7 +82,6 @@ class CudaAttentionBackend(AttentionBackend):
     """Base of the CUDA backends: availability checks the device type, then the GPU's compute
     capability, then the packages (so the most fundamental reason is the one reported)."""
 
-    device_types: ClassVar[tuple[str, ...]] = ("cuda",)
     supported_dtypes: ClassVar[tuple[str, ...]] = ("float16", "bfloat16")
     #: any one of these import names will do (e.g. FA3's ``flash_attn_interface`` or FA2)
     alternative_packages: ClassVar[tuple[str, ...]] = ()

@@ -75,7 +75,6 @@ class CudnnAttentionImpl(CudaAttentionImpl):
 
 
 class CudnnAttentionBackend(CudaAttentionBackend):
-    name: ClassVar[str] = "CUDNN_ATTN"
     #: cuDNN's fused attention: head_dim a multiple of 8, at most 256
     supported_head_sizes: ClassVar[tuple[int, ...]] = tuple(range(8, 257, 8))
     supports_mask: ClassVar[bool] = True

@@ -99,7 +99,6 @@ class FlashAttentionImpl(CudaAttentionImpl):
 
 
 class FlashAttentionBackend(CudaAttentionBackend):
-    name: ClassVar[str] = "FLASH_ATTN"
     #: every multiple of 8 up to 256 (FA2 pads other sizes itself; FA3/FA4 need multiples of 8)
     supported_head_sizes: ClassVar[tuple[int, ...]] = tuple(range(8, 257, 8))
     supports_mask: ClassVar[bool] = False

@@ -107,7 +107,6 @@ class FlashInferImpl(CudaAttentionImpl):
 
 
 class FlashInferBackend(CudaAttentionBackend):
-    name: ClassVar[str] = "FLASHINFER_ATTN"
     #: the head sizes FlashInfer's prefill kernels are built and tested for
     supported_head_sizes: ClassVar[tuple[int, ...]] = (64, 128, 256)
     supports_mask: ClassVar[bool] = True

@@ -43,7 +43,6 @@ class SageAttentionImpl(CudaAttentionImpl):
 
 
 class SageAttentionBackend(CudaAttentionBackend):
-    name: ClassVar[str] = "SAGE_ATTN"
     #: SageAttention 2 pads head sizes up to 64 or 128 and stops there
     supported_head_sizes: ClassVar[tuple[int, ...]] = tuple(range(8, 129, 8))
     supports_mask: ClassVar[bool] = False

@@ -49,7 +49,6 @@ class SageAttention3Impl(CudaAttentionImpl):
 
 
 class SageAttention3Backend(CudaAttentionBackend):
-    name: ClassVar[str] = "SAGE_ATTN_3"
     supported_head_sizes: ClassVar[tuple[int, ...]] = (64, 128)
     supports_mask: ClassVar[bool] = False
     supports_causal: ClassVar[bool] = True

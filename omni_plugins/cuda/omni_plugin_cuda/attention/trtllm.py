@@ -203,7 +203,6 @@ class TrtllmAttentionImpl(CudaAttentionImpl):
 
 
 class TrtllmAttentionBackend(CudaAttentionBackend):
-    name: ClassVar[str] = "TRTLLM_ATTN"
     supported_head_sizes: ClassVar[tuple[int, ...]] = (128,)
     supports_mask: ClassVar[bool] = False
     supports_causal: ClassVar[bool] = True
