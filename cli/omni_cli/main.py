@@ -160,6 +160,13 @@ def _run_plugin_command(command: Any, name: str, args: list[str], provider: Any)
         )
         _debug_traceback()
         return EXIT_PROBLEMS
+    return _omni_exit_code(code, f"{whose} exited with code {{code}}", allow_interrupted=False)
+
+
+def _omni_exit_code(code: object, said: str, *, allow_interrupted: bool) -> int:
+    """One of omni's exit codes for what ``sys.exit(code)`` was called with: None is 0, omni's own
+    codes pass, a message prints and fails, any other number is reported (``said`` names who
+    exited, ``{code}`` in it stands for the number) and becomes 1."""
     if code is None:
         return EXIT_OK
     if isinstance(code, bool) or not isinstance(code, int):
@@ -167,7 +174,12 @@ def _run_plugin_command(command: Any, name: str, args: list[str], provider: Any)
         return EXIT_PROBLEMS
     if code in EXIT_CODES - {EXIT_INTERRUPTED}:
         return code
-    echo(f"error: {whose} exited with code {code}; omni reports it as {EXIT_PROBLEMS}", err=True)
+    from omni_core.guard import user_interrupted
+
+    if code == EXIT_INTERRUPTED and allow_interrupted and user_interrupted(0):
+        return code
+    # replace, not format: ``said`` holds a plugin's name, which may hold braces
+    echo(f"error: {said.replace('{code}', str(code))}; omni reports it as {EXIT_PROBLEMS}", err=True)
     return EXIT_PROBLEMS
 
 
@@ -313,17 +325,7 @@ def _invoke(argv: list[str]) -> int:
         )
         _debug_traceback()
         return EXIT_PROBLEMS
-    if code is None:
-        return EXIT_OK
-    if isinstance(code, bool) or not isinstance(code, int):
-        echo(f"error: {code}", err=True)  # sys.exit("message") from plugin code
-        return EXIT_PROBLEMS
-    if code in EXIT_CODES - {EXIT_INTERRUPTED}:
-        return code
-    if code == EXIT_INTERRUPTED and user_interrupted(0):
-        return code
-    echo(f"error: plugin code ended the command with exit code {code}; omni reports it as {EXIT_PROBLEMS}", err=True)
-    return EXIT_PROBLEMS
+    return _omni_exit_code(code, "plugin code ended the command with exit code {code}", allow_interrupted=True)
 
 
 def main() -> None:
