@@ -77,6 +77,8 @@ def _copy_tree(src: Traversable, dest: Path, values: dict[str, str]) -> None:
 
 def render(kind: str, name: str, output: Path, force: bool = False) -> Path:
     """Write the package ``omni-plugin-<name>/`` under ``output`` and return its path."""
+    # the registry's own kind names (tts_adapter, attention_backend, ...) are accepted too
+    kind = next((short for short, k in KIND_CHOICES.items() if kind.replace("-", "_") == k.value), kind)
     if kind not in KIND_CHOICES:
         raise TemplateError(f"unknown kind {kind!r}; choose one of: {', '.join(KIND_CHOICES)}")
     if not _NAME_RE.match(name):
