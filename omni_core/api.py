@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from omni_core.errors import ModelNotServedError as ModelNotServedError
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
     from types import TracebackType
 
     from omni_core.generation.model import GenerationEngine
@@ -323,6 +324,41 @@ class Omni:
         ``fps``, ``image``, ``negative_prompt``, ``extra``); unset ones take the recipe's
         settings, then the family's defaults. Invalid values raise
         :class:`~omni_core.generation.request.GenerationOptionError` before any compute."""
+        return self.generation.generate(self._generation_request(prompt_or_request, fields))
+
+    def batch_key(self, request: str | GenerationRequest | dict[str, Any]) -> Hashable | None:
+        """What decides whether ``request`` can share one pipeline call with others: requests
+        whose keys are equal can go to :meth:`generate_batch` together. The recipe's settings
+        apply as in :meth:`generate`, and the engine validates the request (raising
+        ``GenerationOptionError`` before any compute). None: the request never batches (the
+        engine cannot batch, or not this request)."""
+        from omni_core.generation.model import BatchingEngine
+
+        engine = self.generation
+        parsed = self._generation_request(request, {})
+        if not isinstance(engine, BatchingEngine):
+            return None
+        return engine.batch_key(parsed)
+
+    def generate_batch(self, requests: list[str | GenerationRequest | dict[str, Any]]) -> list[GenerationResult]:
+        """Generate for several requests, result ``i`` for request ``i``, each with the recipe's
+        settings applied as in :meth:`generate`. An engine that batches runs them as one
+        pipeline call (their :meth:`batch_key` must be equal and not None, else ``ValueError``);
+        any other engine runs them one by one. Either way each request gets the outputs it
+        would get alone."""
+        from omni_core.generation.model import BatchingEngine
+
+        engine = self.generation
+        parsed = [self._generation_request(r, {}) for r in requests]
+        if isinstance(engine, BatchingEngine) and len(parsed) > 1:
+            return engine.generate_batch(parsed)
+        return [engine.generate(r) for r in parsed]
+
+    def _generation_request(
+        self, prompt_or_request: str | GenerationRequest | dict[str, Any], fields: dict[str, Any]
+    ) -> GenerationRequest:
+        """One validated request: the recipe's settings, then the prompt, dict or request, then
+        keyword ``fields`` on top (every generation entry point builds its request here)."""
         from omni_core.generation.request import GenerationRequest
 
         if isinstance(prompt_or_request, GenerationRequest):
@@ -333,8 +369,7 @@ class Omni:
             data = {"prompt": prompt_or_request}
         else:
             raise TypeError(f"expected a prompt, a GenerationRequest or a dict, not {type(prompt_or_request).__name__}")
-        request = GenerationRequest.parse({**self._recipe_defaults, **data, **fields})
-        return self.generation.generate(request)
+        return GenerationRequest.parse({**self._recipe_defaults, **data, **fields})
 
     # -- common -------------------------------------------------------------------------------
 

@@ -227,6 +227,13 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in _TRUE
 
 
+def server_api_key(environ: Mapping[str, str] | None = None) -> str | None:
+    """``OMNI_API_KEY``: the key ``omni serve`` requires when ``--api-key`` is not given (an
+    environment variable keeps the key out of the process list)."""
+    env = os.environ if environ is None else environ
+    return (env.get("OMNI_API_KEY") or "").strip() or None
+
+
 def debugging(environ: Mapping[str, str] | None = None) -> bool:
     """``OMNI_DEBUG=1``: print the traceback of an error. Read when an error is shown, not
     through :class:`Settings`: the error being shown may be that settings could not be read."""

@@ -22,8 +22,10 @@ RuntimeError  something failed while running: a plugin, a model, an encoder, str
 **Exit code and HTTP status.** Each class declares ``exit_code`` (what ``omni`` exits with:
 1, or 3 for :class:`PluginLoadError` in strict mode; 0, 2 and 130 belong to success, usage
 errors and Ctrl-C and are never an error class's) and ``http_status`` (what a server answers:
-400 for a bad request value, 404 for an unknown name, 409 for an unresolved conflict, 500 for
-the server's own setup or a failure while running, 503 when no platform can serve). Subclasses
+400 for a bad request value, 401 without the API key, 404 for an unknown name, 409 for an
+unresolved conflict, 413 for a body over a limit, 429 for a full queue, 500 for the server's own
+setup or a failure while running, 503 while not ready or when no platform can serve, 504 for a
+request stopped at its deadline). Subclasses
 inherit them; ``tests/test_errors.py`` checks every class has both, a docstring, and lives here.
 
 Old import paths (``omni_core.generation.request.GenerationOptionError`` and the like) keep
@@ -113,8 +115,14 @@ def _rebuild(cls: type[OmniError], args: tuple[Any, ...], state: dict[str, Any])
     return error
 
 
-def validation_problems(exc: ValidationError, *, model: Any = None, noun: str = "field") -> list[str]:
+#: where an HTTP request's value came from, as FastAPI puts it first in an error's location
+_HTTP_PARTS = frozenset({"body", "query", "path", "header"})
+
+
+def validation_problems(exc: Any, *, model: Any = None, noun: str = "field") -> list[str]:
     """One readable line per pydantic error: the one place that decides how they read.
+    ``exc`` is a ``ValidationError`` or anything with its ``errors()`` (a server's request
+    validation error, whose locations start with ``body`` or ``query``, which are dropped).
 
     * an unknown key: ``unknown field 'x' (accepted: a, b, c)``, the accepted names taken from
       ``model`` (followed through nested models, so ``per_role.self.foo`` lists a role's keys);
@@ -126,8 +134,14 @@ def validation_problems(exc: ValidationError, *, model: Any = None, noun: str = 
     problems = []
     for error in exc.errors():
         loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] in _HTTP_PARTS:
+            loc = loc[1:]
         where = ".".join(loc)
-        if error["type"] == "extra_forbidden":
+        if error["type"] == "json_invalid":
+            problems.append("the body is not valid JSON; send a JSON object")
+        elif error["type"] in ("model_attributes_type", "dict_type", "model_type") and not loc:
+            problems.append("the body must be a JSON object")
+        elif error["type"] == "extra_forbidden":
             accepted = _accepted_keys(model, loc[:-1])
             hint = f" (accepted: {', '.join(accepted)})" if accepted else ""
             problems.append(f"unknown {noun} {where!r}{hint}")
@@ -137,6 +151,18 @@ def validation_problems(exc: ValidationError, *, model: Any = None, noun: str = 
         else:
             problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
     return problems
+
+
+def first_location(exc: Any) -> str | None:
+    """The dotted location of the first error (the request field to name), without ``body``."""
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] in _HTTP_PARTS:
+            loc = loc[1:]
+        if error["type"] == "json_invalid":
+            return None
+        return ".".join(loc) or None
+    return None
 
 
 def format_validation_error(exc: ValidationError, *, what: str, model: Any = None, noun: str = "field") -> str:
@@ -347,3 +373,53 @@ class PluginCommandError(OmniError, RuntimeError):
 class ProbeTimeoutError(OmniError, RuntimeError):
     """A platform probe ran past ``OMNI_PROBE_TIMEOUT`` and was abandoned; recorded as that
     probe's failure, never raised to the user."""
+
+
+# -- serving -------------------------------------------------------------------------------------
+
+
+class RequestCancelled(OmniError, RuntimeError):
+    """A running request was stopped on purpose: its client hung up or its deadline passed
+    (:mod:`omni_core.cancel`). Never a fault of the model; the server answers 499-style
+    (client gone) or 504 (deadline) itself, this status is the fallback."""
+
+    http_status = 504
+
+
+class ServerBusyError(OmniError, RuntimeError):
+    """A model's queue is full: the request is refused at once (429 with Retry-After),
+    never left waiting without bound."""
+
+    http_status = 429
+
+
+class ModelNotReadyError(OmniError, RuntimeError):
+    """The server is still loading its models, is draining after SIGTERM, or a model's engine
+    failed: 503 (``/health`` says which)."""
+
+    http_status = 503
+
+
+class RequestTooLargeError(OmniError, ValueError):
+    """A request body or text field is over the server's limit (413), named with the limit and
+    the flag that raises it."""
+
+    http_status = 413
+
+
+class AuthenticationError(OmniError, ValueError):
+    """A request without the server's API key, or with the wrong one (401)."""
+
+    http_status = 401
+
+
+class ClientDisconnected(OmniError, RuntimeError):
+    """The client hung up before its answer was ready: its work is cancelled and the request
+    is logged as 499 (nobody is left to read a body)."""
+
+    http_status = 499
+
+
+class ServerStartError(OmniError, OSError):
+    """``omni serve`` could not start: the port is taken, the address cannot be bound, or the
+    serving extras are not installed. Exit 1 with the fix."""

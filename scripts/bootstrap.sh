@@ -15,11 +15,22 @@ pip install --quiet --upgrade pip
 # torch first and pinned: 2.13.0 is the CPU build this project is tested with; an unpinned
 # torch resolves to a multi-GB CUDA build. torchvision/torchaudio are kept out on purpose.
 pip install --quiet "torch==2.13.0"
-pip install --quiet -e . -e ./plugin_template -e ./cli
+pip install --quiet -e ".[serve]" -e ./plugin_template -e ./cli
 # Every plugin of this repository, each its own distribution (vendor plugins stay inactive
 # where their hardware is absent: `omni explain platform` says why).
 plugins=()
 for dir in omni_plugins/*/; do plugins+=(-e "./$dir"); done
 pip install --quiet "${plugins[@]}"
 pip install --quiet -r requirements-dev.txt
+# The playground's browser test drives the system chromium (playwright's own browser download is
+# never used): install it where we can, else say how.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium >/dev/null
+  else
+    echo "bootstrap: the browser test (tests/test_serve_playground.py) needs chromium: sudo apt-get install -y chromium" >&2
+  fi
+fi
 "$VENV/bin/omni" --version

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the builtin bases an error may have: exactly one per class (see omni_core/errors.py)
 CATEGORIES = (ValueError, LookupError, OSError, ImportError, RuntimeError)
 EXIT_CODES = {1, 3}  # 0, 2 and 130 are success, click's usage errors and Ctrl-C: never an error class's
-HTTP_STATUSES = {400, 404, 409, 500, 503}
+HTTP_STATUSES = {400, 401, 404, 409, 413, 429, 499, 500, 503, 504}
 CONTEXT = {"kind": "attention_backend", "name": "FLASH_ATTN", "plugin": "cuda", "field": "default.backend"}
 
 

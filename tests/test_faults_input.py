@@ -202,6 +202,8 @@ def vits(w: Work) -> Work:
 
 GEN = ("generate", "a red fox", "--model", "{model}", "--no-progress", "--width", "32", "--height", "32")
 SPEAK = ("speak", "hello there", "--model", "{model}")
+#: any free port: a row that gets as far as listening does not collide with another
+SERVE = ("serve", "--port", "0")
 
 CASES = [
     # -- checkpoints: truncated or corrupt weights, malformed JSON named as malformed ---------
@@ -299,6 +301,28 @@ CASES = [
         "cannot write", "permission denied"),
     row("speak-out-parent-is-a-file", lambda w: vits(w).garbage("model.safetensors").file("afile"),
         (*SPEAK, "--out", "afile/a.wav"), 1, "cannot write", "afile/a.wav"),
+    # -- omni serve: what it is asked to serve is checked before it listens, or fails the start -
+    row("serve-model-dir-missing", flux, (*SERVE, "--model", "x={model}/nope"), 1, "model 'x'", "does not exist",
+        absent=("listening",)),
+    row("serve-model-nothing-serves", lambda w: w.folder("model"), (*SERVE, "--model", "x={model}"), 1,
+        "model 'x'", "no installed plugin serves", absent=("listening",)),
+    row("serve-truncated-weights", lambda w: flux(w).truncate(FLUX_WEIGHTS), (*SERVE, "--model", "x={model}"), 1,
+        "model 'x' failed to load", "truncated", FLUX_WEIGHTS),
+    row("serve-unknown-attention-backend", flux, (*SERVE, "--model", "x={model}", "--attention-backend", "NOPE"), 1,
+        "model 'x' failed to load", "NOPE"),
+    row("serve-name-given-twice", flux, (*SERVE, "--model", "a={model}", "--model", "a={model}"), 2,
+        "given twice", absent=("listening",)),
+    row("serve-port-out-of-range", flux, ("serve", "--model", "{model}", "--port", "70000"), 2, "port",
+        absent=("listening",)),
+    row("serve-bad-name", flux, (*SERVE, "--model", "bad name={model}"), 2, "name", absent=("listening",)),
+    row("serve-recipe-not-yaml", lambda w: flux(w).file("r.yaml", b"a: [1,"),
+        (*SERVE, "--model", "{model}", "--recipe", "r.yaml"), 1, "not valid YAML", absent=("listening",)),
+    row("serve-recipe-for-no-model", lambda w: flux(w).file("r.yaml", b"dtype: float32\n"),
+        (*SERVE, "--model", "a={model}", "--recipe", "b=r.yaml"), 2, "no model is named 'b'", absent=("listening",)),
+    row("serve-recipe-model-not-local", flux, (*SERVE, "--recipe", "{repo}/recipes/flux1-schnell.yaml"), 2,
+        "not a local directory", "--model DIR --recipe", absent=("listening",)),
+    row("serve-speech-model-on-a-recipe", lambda w: vits(w).file("r.yaml", b"dtype: float32\n"),
+        (*SERVE, "--model", "{model}", "--recipe", "r.yaml"), 1, "speech", absent=("listening",)),
 ]  # fmt: skip
 
 
@@ -312,7 +336,7 @@ def test_bad_input_is_a_clear_error(case: Case, work: Work, home: Path, request:
     work.dir.mkdir()
     case.setup(work)
     place = str(read_only_place(work.dir)) if any("{ro}" in a for a in case.command) else ""
-    args = [a.format(model=work.model, ro=place) for a in case.command]
+    args = [a.format(model=work.model, ro=place, repo=REPO) for a in case.command]
     env = dict(case.env)
     if case.crash:
         env["PYTHONPATH"] = str(request.getfixturevalue("crash_site"))

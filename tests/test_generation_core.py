@@ -327,3 +327,112 @@ def test_doctor_finds_claims_no_checkpoint_can_settle() -> None:
     assert len(problems) == 2
     assert "xpipeline is claimed by a (omni-plugin-a), b (omni-plugin-b)" in problems[0]
     assert "same config_match" in problems[1]
+
+
+# -- batching through the offline API --------------------------------------------------------
+
+
+class _PlainEngine:
+    """A torch-free engine whose "image" is the resolved values it was asked for."""
+
+    def __init__(self, family_cls: Any, model_dir: Path, options: Any) -> None:
+        self.family_cls, self.model_dir, self.family = family_cls, model_dir, options.family
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def _result(self, request: GenerationRequest, batch_size: int = 1) -> Any:
+        from omni_core.generation.outputs import GeneratedImage, GenerationMetadata, GenerationResult
+
+        resolved = self.family_cls.profile.resolve(request)
+        metadata = GenerationMetadata(
+            model=str(self.model_dir), family=self.family, provider="", request=resolved, batch_size=batch_size
+        )
+        pixels = (resolved.prompt, resolved.seed, resolved.num_inference_steps, resolved.width)
+        return GenerationResult(images=[GeneratedImage(pixels)], videos=[], metadata=metadata)
+
+    def generate(self, request: GenerationRequest) -> Any:
+        self.calls.append(("generate", [request.prompt]))
+        return self._result(request)
+
+    def explain(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class _BatchEngine(_PlainEngine):
+    """The same, batching requests of one size and step count."""
+
+    def batch_key(self, request: GenerationRequest) -> Any:
+        resolved = self.family_cls.profile.resolve(request)
+        return (resolved.width, resolved.height, resolved.num_inference_steps)
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[Any]:
+        self.calls.append(("batch", [r.prompt for r in requests]))
+        return [self._result(r, batch_size=len(requests)) for r in requests]
+
+
+class _PlainFamily:
+    profile = GenerationProfile(
+        task="text-to-image", default_width=32, default_height=32, default_steps=4, default_guidance=0.0
+    )
+    engine_class: Any = _PlainEngine
+
+    @classmethod
+    def profile_for(cls, model_dir: Path) -> GenerationProfile:
+        return cls.profile
+
+    @classmethod
+    def plan(cls, model_dir: Path, options: Any) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def open(cls, model_dir: Path, options: Any) -> Any:
+        return cls.engine_class(cls, model_dir, options)
+
+
+class _BatchFamily(_PlainFamily):
+    engine_class = _BatchEngine
+
+
+def _omni(tmp_path: Path, family: type, **options: Any) -> Any:
+    from omni_core.api import Omni
+    from omni_core.plugins import plugin_set_of
+
+    registrar = ModelRegistrar(Provider("p", "omni-plugin-p", "1.0"))
+    registrar.register(name="plain", ref=f"{family.__module__}:{family.__qualname__}", architectures=("PlainPipeline",))
+    directory = _checkpoint(tmp_path / "plain", "PlainPipeline")
+    return Omni(directory, plugins=plugin_set_of(registrar.offers()), **options)
+
+
+def test_omni_batches_through_an_engine_that_batches_with_the_recipes_settings(tmp_path: Path) -> None:
+    from omni_core.generation.model import BatchingEngine
+    from omni_core.generation.recipe import Recipe
+
+    omni = _omni(tmp_path, _BatchFamily, recipe=Recipe(generation={"num_inference_steps": 3}))
+    assert isinstance(omni.generation, BatchingEngine)
+    assert omni.batch_key("a") == omni.batch_key({"prompt": "b", "seed": 9}) == (32, 32, 3)
+    assert omni.batch_key({"prompt": "a", "num_inference_steps": 5}) == (32, 32, 5)
+    with pytest.raises(GenerationOptionError, match="width 33 is not allowed"):
+        omni.batch_key({"prompt": "a", "width": 33})
+    results = omni.generate_batch(["a", {"prompt": "b", "seed": 9}, GenerationRequest(prompt="c", seed=2)])
+    assert omni.generation.calls == [("batch", ["a", "b", "c"])]
+    assert [r.images[0].pixels[:3] for r in results[1:]] == [("b", 9, 3), ("c", 2, 3)]
+    assert [r.metadata.batch_size for r in results] == [3, 3, 3]
+    # a batch of one is a plain generate; an empty batch is empty
+    assert omni.generate_batch([{"prompt": "d", "seed": 1}])[0].images[0].pixels == ("d", 1, 3, 32)
+    assert omni.generate_batch([]) == []
+    assert omni.generation.calls[1:] == [("generate", ["d"])]
+
+
+def test_omni_runs_a_batch_one_by_one_on_an_engine_that_does_not_batch(tmp_path: Path) -> None:
+    from omni_core.generation.model import BatchingEngine
+    from omni_core.generation.recipe import Recipe
+
+    omni = _omni(tmp_path, _PlainFamily, recipe=Recipe(generation={"width": 48}))
+    assert not isinstance(omni.generation, BatchingEngine)
+    assert omni.batch_key("a") is None
+    results = omni.generate_batch(["a", {"prompt": "b", "seed": 4}])
+    assert omni.generation.calls == [("generate", ["a"]), ("generate", ["b"])]
+    assert results[1].images[0].pixels == ("b", 4, 4, 48)
+    assert [r.metadata.batch_size for r in results] == [1, 1]

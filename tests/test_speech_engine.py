@@ -428,6 +428,104 @@ def test_streams_are_seeded_when_iteration_starts(tmp_path):
     assert StubPlatform.seeded == [2, 1]
 
 
+# ---------------------------------------------------------------------------- cancellation
+
+
+class ClosingToneAdapter(ToneAdapter):
+    """The tone adapter, recording when its stream's generator is closed."""
+
+    name = "closing-tone"
+
+    def stream(self, prepared: PreparedRequest, seed: int):
+        try:
+            yield from super().stream(prepared, seed)
+        finally:
+            ToneAdapter.calls.append("closed")
+
+
+@needs_numpy
+def test_a_cancelled_stream_stops_before_the_next_chunk(tmp_path):
+    from omni_core.cancel import CancelToken, cancellable
+    from omni_core.errors import RequestCancelled
+
+    token = CancelToken()
+    with cancellable(token):
+        stream = engine(tmp_path, ClosingToneAdapter).stream({"input": "one two three four", "seed": 0})
+        next(stream)
+        token.cancel("the client disconnected")
+        with pytest.raises(RequestCancelled, match="the client disconnected"):
+            next(stream)
+    assert ToneAdapter.calls == ["stream", "chunk", "closed"], "no chunk made after the cancel, the adapter closed"
+
+
+@needs_numpy
+def test_a_stream_cancelled_before_it_starts_makes_nothing(tmp_path):
+    from omni_core.cancel import CancelToken, cancellable
+    from omni_core.errors import RequestCancelled
+
+    token = CancelToken()
+    token.cancel("deadline passed")
+    with cancellable(token):
+        stream = engine(tmp_path).stream({"input": "one two", "seed": 0})  # validation still runs
+        with pytest.raises(RequestCancelled, match="deadline passed"):
+            next(stream)
+    assert ToneAdapter.calls == [] and StubPlatform.seeded == []
+
+
+@needs_numpy
+def test_speak_under_a_cancelled_token_synthesises_nothing(tmp_path):
+    from omni_core.cancel import CancelToken, cancellable
+    from omni_core.errors import RequestCancelled
+
+    speech = engine(tmp_path)
+    token = CancelToken()
+    token.cancel("gone")
+    with cancellable(token), pytest.raises(RequestCancelled, match="gone"):
+        speech.speak({"input": "one two", "seed": 0})
+    assert ToneAdapter.calls == []
+    # outside a cancellable scope nothing is checked: the same engine speaks on
+    assert speech.speak({"input": "one two", "seed": 0}).audio.frames > 0
+
+
+# ---------------------------------------------------------------------------- usage
+
+
+class CountingToneAdapter(ToneAdapter):
+    """The tone adapter with token usage: a text token per word, an output token per tone."""
+
+    name = "counting-tone"
+
+    def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int] | None:
+        from omni_core.speech.adapter import token_usage
+
+        return token_usage(
+            input_text_tokens=len(prepared.prompt["words"]),
+            output_tokens=audio.frames // int(WORD_SECONDS * RATE),
+        )
+
+
+@needs_numpy
+def test_usage_is_in_the_metadata_when_the_adapter_reports_it(tmp_path):
+    result = engine(tmp_path, CountingToneAdapter).speak({"input": "a b c d", "seed": 0, "max_new_tokens": 3})
+    assert result.metadata["usage"] == {
+        "input_tokens": 4,
+        "output_tokens": 3,
+        "total_tokens": 7,
+        "input_text_tokens": 4,
+        "input_audio_tokens": 0,
+    }
+    # counted on what the model made, before the runtime changes speed or rate
+    faster = engine(tmp_path / "again", CountingToneAdapter).speak(
+        {"input": "a b c d", "seed": 0, "max_new_tokens": 3, "speed": 2.0, "sample_rate": 8000}
+    )
+    assert faster.metadata["usage"] == result.metadata["usage"]
+
+
+@needs_numpy
+def test_no_usage_when_the_adapter_has_no_token_count(tmp_path):
+    assert "usage" not in engine(tmp_path).speak({"input": "a b", "seed": 0}).metadata
+
+
 # ---------------------------------------------------------------------------- detection
 
 

@@ -27,13 +27,23 @@ def _pil() -> Any:
     return Image, PngImagePlugin
 
 
-def write_png(path: Path, pixels: Any, metadata: dict[str, Any]) -> None:
+def write_png(path: Path | Any, pixels: Any, metadata: dict[str, Any]) -> None:
+    """A PNG with ``metadata`` in its text chunks, to a path or a binary file object."""
     image_mod, png = _pil()
     info = png.PngInfo()
     info.add_text("omni", json.dumps(metadata, sort_keys=True))
     for key in ("model", "seed", "steps", "prompt"):
         info.add_text(key, str(metadata.get(key)))
     image_mod.fromarray(pixels).save(path, format="PNG", pnginfo=info)
+
+
+def png_bytes(pixels: Any, metadata: dict[str, Any]) -> bytes:
+    """The PNG :func:`write_png` writes, in memory (what a server sends)."""
+    import io
+
+    buffer = io.BytesIO()
+    write_png(buffer, pixels, metadata)
+    return buffer.getvalue()
 
 
 def read_png_metadata(path: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ implementation that most families build on.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -98,6 +99,31 @@ class GenerationEngine(Protocol):
 
     def close(self) -> None:
         """Release the model (and any hooks an offloader installed)."""
+
+
+@runtime_checkable
+class BatchingEngine(GenerationEngine, Protocol):
+    """An engine that can run several requests as one pipeline call. Optional: a server
+    (through :meth:`omni_core.api.Omni.batch_key` and :meth:`~omni_core.api.Omni.generate_batch`)
+    checks ``isinstance(engine, BatchingEngine)`` and otherwise runs requests one by one.
+
+    The caller asks :meth:`batch_key` of each request as it arrives, groups the waiting
+    requests whose keys are equal (never one whose key is None), and hands each group to
+    :meth:`generate_batch`. Batching is a throughput measure only: a request's outputs must not
+    depend on what it was batched with."""
+
+    def batch_key(self, request: GenerationRequest) -> Hashable | None:
+        """Validate ``request`` as :meth:`generate` would (raising ``GenerationOptionError``
+        before any compute) and return what decides whether it can share a pipeline call:
+        requests with equal keys can run as one call. Everything but the per-request inputs
+        (prompt, negative prompt, seed) belongs in the key. None: never batch this request (a
+        video, several outputs per request, a family that cannot batch)."""
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Run ``requests`` (equal, non-None batch keys; else ``ValueError``) as one pipeline
+        call, each with its own seed and random generator. Result ``i`` belongs to request ``i``
+        and carries its own metadata (seed, prompt) with ``batch_size`` set; its pixels equal,
+        within 1/255, what :meth:`generate` gives for that request alone."""
 
 
 @runtime_checkable

@@ -112,7 +112,10 @@ class GenerationMetadata:
     device: str = "cpu"
     dtype: str = "float32"
     random_weights: bool = False
+    #: wall time of the pipeline call; a batched call's time is shared by every request in it
     seconds: float = 0.0
+    #: how many requests ran in the one pipeline call that made this output (1: alone)
+    batch_size: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +137,7 @@ class GenerationMetadata:
             "dtype": self.dtype,
             "random_weights": self.random_weights,
             "seconds": round(self.seconds, 4),
+            "batch_size": self.batch_size,
         }
 
 

@@ -138,8 +138,38 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
     def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         """Yield audio incrementally. Adapters declaring ``streaming`` override this so the
         first chunk comes before the utterance is done, and so the chunks concatenate to
-        exactly what :meth:`generate` returns for the same seed."""
+        exactly what :meth:`generate` returns for the same seed. The runtime checks for
+        cancellation between chunks (:func:`omni_core.cancel.check_cancelled`); an adapter
+        whose one chunk takes long may call it inside its own loop too."""
         yield self.generate(prepared, seed)
+
+    def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int] | None:
+        """What one :meth:`generate` call consumed and produced, in tokens, for the result's
+        ``metadata["usage"]`` (a server reports it). ``audio`` is what :meth:`generate`
+        returned, at the native rate, before any speed change or resampling. Keys:
+
+        * ``input_text_tokens``: tokens of the input text, as the model's tokenizer counts them;
+        * ``input_audio_tokens``: tokens of reference audio (0 when none is read);
+        * ``input_tokens``: their sum;
+        * ``output_tokens``: what the model generated, in the unit its adapter documents
+          (decoder steps, codec frames), the one ``max_new_tokens`` budgets where it can;
+        * ``total_tokens``: input plus output.
+
+        None (the default): the model has no meaningful token count, e.g. one that makes the
+        whole waveform in one pass. :func:`token_usage` builds the dict."""
+        return None
+
+
+def token_usage(*, input_text_tokens: int, output_tokens: int, input_audio_tokens: int = 0) -> dict[str, int]:
+    """The :meth:`TTSAdapter.usage` dict, with the sums filled in."""
+    input_tokens = input_text_tokens + input_audio_tokens
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+        "input_text_tokens": input_text_tokens,
+        "input_audio_tokens": input_audio_tokens,
+    }
 
 
 def require_model_type(ctx: AdapterContext, adapter: str, *model_types: str) -> None:

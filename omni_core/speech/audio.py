@@ -139,6 +139,18 @@ def _pcm16(audio: Audio) -> bytes:
     return _int16(audio).tobytes()
 
 
+def wav_stream_header(sample_rate: int, channels: int) -> bytes:
+    """The header of a 16-bit PCM WAV whose length is not known yet (a stream): the size
+    fields hold the largest value, which players read as "until the data ends"."""
+    import struct
+
+    block = channels * 2
+    return b"RIFF" + struct.pack(
+        "<I4s4sIHHIIHH4sI",
+        0xFFFFFFFF, b"WAVE", b"fmt ", 16, 1, channels, sample_rate, sample_rate * block, block, 16, b"data", 0xFFFFFFFF,
+    )
+
+
 def check_format(fmt: str) -> None:
     """Raise :class:`SpeechRequestError` unless this install can encode ``fmt``."""
     if fmt in ("wav", "pcm"):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_core.cancel import check_cancelled
 from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
 from omni_core.inputs import check_checkpoint_files
 from omni_core.quiet import quiet_libraries
@@ -215,24 +216,30 @@ class SpeechEngine:
             raise SpeechRequestError(
                 "stream=true asks for chunks: use SpeechEngine.stream() (Omni.stream_speech() in the offline API)"
             )
+        check_cancelled()  # a request cancelled while it waited is not synthesised
         start = time.perf_counter()
         with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
             self._seeded(seed)
             raw = self.adapter.generate(prepared, seed)
+            check_cancelled()  # nor resampled and encoded for a client that is gone
             audio = self._finish(raw, request)
+            usage = self.adapter.usage(prepared, raw)
         elapsed = time.perf_counter() - start
+        metadata: dict[str, Any] = {
+            "adapter": self.adapter_name,
+            "model": str(self.identity.model_dir),
+            "seed": seed,
+            "sample_rate": audio.sample_rate,
+            "duration_s": audio.duration,
+            "rtf": elapsed / audio.duration if audio.duration else None,
+        }
+        if usage is not None:
+            metadata["usage"] = dict(usage)
         return SpeechResult(
             audio=audio,
             data=encode(audio, request.response_format),
             response_format=request.response_format,
-            metadata={
-                "adapter": self.adapter_name,
-                "model": str(self.identity.model_dir),
-                "seed": seed,
-                "sample_rate": audio.sample_rate,
-                "duration_s": audio.duration,
-                "rtf": elapsed / audio.duration if audio.duration else None,
-            },
+            metadata=metadata,
         )
 
     def stream(self, request: SpeechRequest | dict[str, Any] | str) -> SpeechStream:
@@ -251,8 +258,18 @@ class SpeechEngine:
     def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         # seeded when iteration starts, so streams created side by side do not share a seed
         with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
+            check_cancelled()
             self._seeded(seed)
-            yield from self.adapter.stream(prepared, seed)
+            chunks = self.adapter.stream(prepared, seed)
+            try:
+                for chunk in chunks:
+                    yield chunk
+                    # before the adapter makes the next chunk: a cancelled stream makes no more
+                    check_cancelled()
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()  # the adapter's generator runs its own cleanup now, not at garbage collection
 
     def explain(self) -> Explanation:
         return self.explanation

@@ -16,6 +16,9 @@ the remaining codebooks (non-causal) -> EnCodec waveform. A voice is a *voice pr
   sentence seeded by the engine's per-segment rule (``self.ctx.segments``), so :meth:`BarkAdapter.stream` yields
   one chunk per sentence and the chunks concatenate to exactly what
   :meth:`BarkAdapter.generate` returns.
+* **Usage** (``metadata["usage"]`` of a result): the input text tokens are what Bark's
+  tokenizer makes of each sentence (padding not counted); the output tokens are EnCodec frames
+  (each one token of every codebook), the audio's length over the codec's hop.
 * **Not supported:** native speed control (the runtime time-stretches), cloning from raw
   audio, instructions, the ``language`` field (the voice preset carries the language).
 
@@ -26,12 +29,13 @@ This module imports no torch or transformers at import time (detection imports i
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from omni_core.speech.adapter import AdapterContext, TTSAdapter, loading, require_model_type
+from omni_core.speech.adapter import AdapterContext, TTSAdapter, loading, require_model_type, token_usage
 from omni_core.speech.request import PreparedRequest, SpeechRequest, TTSCapabilities
 
 if TYPE_CHECKING:
@@ -270,3 +274,12 @@ class BarkAdapter(TTSAdapter):
 
     def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         yield from self._synthesize(prepared, seed)
+
+    def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int]:
+        # the codec decodes every frame to exactly hop samples, so the frames follow from the length
+        model = self._loaded()
+        hop = math.prod(int(r) for r in model.codec_model.config.upsampling_ratios)
+        return token_usage(
+            input_text_tokens=sum(self.count_tokens(text) for text in prepared.prompt["segments"]),
+            output_tokens=audio.frames // hop,
+        )

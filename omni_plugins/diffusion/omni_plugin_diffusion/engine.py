@@ -11,21 +11,31 @@ Opening a model does, in this order, and fails at the first problem:
 
 ``generate`` validates the request against the family's profile before any compute, seeds a
 generator, runs the pipeline with a progress bar over the denoising steps, and returns typed
-numpy outputs with the metadata of what ran.
+numpy outputs with the metadata of what ran. Between denoising steps it checks for
+cancellation (:func:`omni_core.cancel.check_cancelled`), so a server's cancelled request
+stops at the next step.
+
+``batch_key`` / ``generate_batch`` (the optional
+:class:`~omni_core.generation.model.BatchingEngine` methods) run several text-to-image
+requests that differ only in prompt, negative prompt and seed as one pipeline call: a prompt
+list and one seeded generator per request, so each request's noise is what it gets alone.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.attention.selector import AttentionChoice, CallProfile, explain_attention
+from omni_core.cancel import check_cancelled
 from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
 from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, GenerationMetadata, GenerationResult
-from omni_core.generation.request import GenerationRequest
+from omni_core.generation.request import GenerationRequest, ResolvedGeneration
 from omni_core.offload import OffloadChoice, OffloadPlan, choose_offloader
 from omni_core.selection import Explanation
 from omni_core.tiny import has_random_weights
@@ -130,6 +140,9 @@ class DiffusionEngine:
             self.offloader.enable()
         self.pipeline.set_progress_bar_config(disable=not options.progress, desc=f"{self.family} denoising")
         self.random_weights = has_random_weights(model_dir)
+        #: the pipeline argument through which it calls back after each denoising step (where
+        #: cancellation is checked): "callback_on_step_end", the older "callback", or None
+        self.step_callback = _step_callback_argument(self.pipeline)
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -199,19 +212,98 @@ class DiffusionEngine:
         kwargs = self.family_cls.call_kwargs(resolved, self.pipeline)
         # a CPU generator makes the initial noise identical on every device for a given seed
         kwargs["generator"] = torch.Generator(device="cpu").manual_seed(resolved.seed)
+        output, seconds = self._run(kwargs)
+        metadata = self._metadata(resolved, seconds)
+        if resolved.is_video:
+            videos = [GeneratedVideo(_to_uint8(v), fps=resolved.fps or 1, index=i) for i, v in enumerate(output.frames)]
+            return GenerationResult(images=[], videos=videos, metadata=metadata)
+        images = [GeneratedImage(_to_uint8(img), index=i) for i, img in enumerate(output.images)]
+        return GenerationResult(images=images, videos=[], metadata=metadata)
+
+    # -- batching (omni_core.generation.model.BatchingEngine) ----------------------------------
+
+    def batch_key(self, request: GenerationRequest) -> Hashable | None:
+        """Validate ``request`` as :meth:`generate` does and return every resolved value but the
+        prompt, the negative prompt and the seed (whether a negative prompt is given stays in:
+        it changes the call); None for what never batches (see :func:`_batch_key`)."""
+        return _batch_key(self.family_cls, self.family_cls.validate(self.model_dir, request, self.pipeline))
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """One pipeline call for ``requests`` (equal, non-None :meth:`batch_key`; else
+        ``ValueError``): a list of prompts (and negative prompts) and one CPU generator per
+        request seeded with its own seed, so request ``i``'s initial noise is what it gets alone."""
+        import torch
+
+        if not requests:
+            return []
+        resolved = [self.family_cls.validate(self.model_dir, r, self.pipeline) for r in requests]
+        keys = [_batch_key(self.family_cls, r) for r in resolved]
+        if keys[0] is None:
+            raise ValueError(
+                f"{self.family}: this request cannot run in a batch (batch_key is None: a video, several outputs, "
+                "or a family that does not batch); generate it alone"
+            )
+        if any(key != keys[0] for key in keys[1:]):
+            raise ValueError(
+                f"{self.family}: generate_batch takes requests of one batch_key only (they may differ in prompt, "
+                "negative prompt and seed); group the requests by batch_key first"
+            )
+        calls = [self.family_cls.call_kwargs(r, self.pipeline) for r in resolved]
+        kwargs = dict(calls[0])
+        for name in _PER_REQUEST_ARGUMENTS:
+            if name in kwargs:
+                kwargs[name] = [call.get(name) for call in calls]
+        for name, value in kwargs.items():
+            if name not in _PER_REQUEST_ARGUMENTS and not all(_same(call.get(name), value) for call in calls[1:]):
+                raise ValueError(
+                    f"{self.family}: requests with equal batch keys gave different pipeline argument {name!r}; the "
+                    f"family's call_kwargs depends on the prompt or seed, so it must set batchable = False"
+                )
+        kwargs["generator"] = [torch.Generator(device="cpu").manual_seed(r.seed) for r in resolved]
+        output, seconds = self._run(kwargs)
+        images = list(output.images)
+        if len(images) != len(resolved):
+            raise ModelRuntimeError(
+                f"{self.family}: a batch of {len(resolved)} prompts gave {len(images)} images; report this to "
+                f"{self.options.provider or 'the family plugin'}"
+            )
+        return [
+            GenerationResult(
+                images=[GeneratedImage(_to_uint8(image), index=0)],
+                videos=[],
+                metadata=self._metadata(r, seconds, batch_size=len(resolved)),
+            )
+            for r, image in zip(resolved, images, strict=True)
+        ]
+
+    # -- one pipeline call -------------------------------------------------------------------
+
+    def _run(self, kwargs: dict[str, Any]) -> tuple[Any, float]:
+        """Call the pipeline (numpy output, cancellation checked between steps); returns the
+        output and the seconds it took. The runtime's own failures become ModelRuntimeError."""
+        import torch
+
         kwargs["output_type"] = "np"
+        if self.step_callback == "callback_on_step_end":
+            _check_cancelled_each_step(kwargs)
+        elif self.step_callback == "callback":
+            _check_cancelled_each_step_legacy(kwargs)
+        check_cancelled()  # a request cancelled while it waited never starts
         self.router.reset()
         started = time.perf_counter()
         try:
             with torch.inference_mode():
                 output = self.pipeline(**kwargs)
-        except OmniError:
+        except OmniError:  # RequestCancelled among them: a stop on purpose, passed on as it is
             raise
         except Exception as exc:  # the runtime's own failure: named, with the cause chained for OMNI_DEBUG=1
             raise ModelRuntimeError(self._run_failure(exc)) from exc
         seconds = time.perf_counter() - started
         self._check_attention_ran()
-        metadata = GenerationMetadata(
+        return output, seconds
+
+    def _metadata(self, resolved: ResolvedGeneration, seconds: float, batch_size: int = 1) -> GenerationMetadata:
+        return GenerationMetadata(
             model=str(self.model_dir),
             family=self.family,
             provider=self.options.provider,
@@ -222,12 +314,8 @@ class DiffusionEngine:
             dtype=self.dtype,
             random_weights=self.random_weights,
             seconds=seconds,
+            batch_size=batch_size,
         )
-        if resolved.is_video:
-            videos = [GeneratedVideo(_to_uint8(v), fps=resolved.fps or 1, index=i) for i, v in enumerate(output.frames)]
-            return GenerationResult(images=[], videos=videos, metadata=metadata)
-        images = [GeneratedImage(_to_uint8(img), index=i) for i, img in enumerate(output.images)]
-        return GenerationResult(images=images, videos=[], metadata=metadata)
 
     def _check_attention_ran(self) -> None:
         """A routed transformer that ran without one attention call computed its attention
@@ -265,6 +353,99 @@ class DiffusionEngine:
 
     def __repr__(self) -> str:
         return f"DiffusionEngine({self.family!r}, {str(self.model_dir)!r}, {self.dtype} on {self.platform.name})"
+
+
+#: pipeline arguments that are lists, one item per request, in a batched call
+_PER_REQUEST_ARGUMENTS = ("prompt", "negative_prompt")
+
+
+def _batch_key(family_cls: type[DiffusersFamily], resolved: ResolvedGeneration) -> Hashable | None:
+    """Every resolved value but the per-request ones, frozen; None where batching could change
+    a request's output or cannot split it back: video (one call per clip), an input image,
+    several outputs per request, a family that declares ``batchable = False``, or an ``extra``
+    value that cannot be compared."""
+    if not family_cls.batchable or resolved.is_video or resolved.image is not None or resolved.num_outputs != 1:
+        return None
+    fields = resolved.model_dump(exclude={"prompt", "negative_prompt", "seed", "image"})
+    fields["negative_prompt"] = resolved.negative_prompt is not None
+    try:
+        key: Hashable = _freeze(fields)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for nested dicts, lists and sets (TypeError for anything else unhashable)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_freeze(v) for v in value)
+    hash(value)
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two pipeline arguments are equal; anything that does not compare plainly (a
+    tensor, an image) counts as different."""
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
+
+
+def _step_callback_argument(pipeline: Any) -> str | None:
+    """Which per-step callback the pipeline's ``__call__`` takes: ``callback_on_step_end``, else
+    the older ``callback`` (with ``callback_steps``), else None (cancellation is then checked
+    only before the call starts)."""
+    try:
+        parameters = inspect.signature(pipeline.__call__).parameters
+    except (TypeError, ValueError):
+        return None
+    if "callback_on_step_end" in parameters:
+        return "callback_on_step_end"
+    if "callback" in parameters and "callback_steps" in parameters:
+        return "callback"
+    return None
+
+
+def _check_cancelled_each_step(kwargs: dict[str, Any]) -> None:
+    """Set the pipeline's step-end callback to check for cancellation, then run the family's
+    own callback if it set one (its tensor inputs kept: the pipeline reads them off callback
+    objects, which the wrapper is not)."""
+    own: Callable[..., Any] | None = kwargs.get("callback_on_step_end")
+
+    def on_step_end(pipeline: Any, step: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
+        check_cancelled()
+        if own is not None:
+            result: dict[str, Any] = own(pipeline, step, timestep, callback_kwargs)
+            return result
+        return callback_kwargs
+
+    tensor_inputs = getattr(own, "tensor_inputs", None)
+    if tensor_inputs is not None and "callback_on_step_end_tensor_inputs" not in kwargs:
+        kwargs["callback_on_step_end_tensor_inputs"] = list(tensor_inputs)
+    kwargs["callback_on_step_end"] = on_step_end
+
+
+def _check_cancelled_each_step_legacy(kwargs: dict[str, Any]) -> None:
+    """The same for pipelines with the older ``callback(step, timestep, latents)``: called every
+    step now, the family's own callback still only every ``callback_steps`` steps it asked for."""
+    own: Callable[..., Any] | None = kwargs.get("callback")
+    every = int(kwargs.get("callback_steps") or 1)
+
+    def on_step(step: int, timestep: Any, latents: Any) -> None:
+        check_cancelled()
+        if own is not None and step % every == 0:
+            own(step, timestep, latents)
+
+    kwargs["callback"] = on_step
+    kwargs["callback_steps"] = 1
 
 
 def _to_uint8(array: Any) -> Any:

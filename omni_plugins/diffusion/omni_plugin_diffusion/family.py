@@ -57,6 +57,11 @@ class DiffusersFamily:
     block_attrs: ClassVar[tuple[str, ...]] = ("transformer.transformer_blocks",)
     #: feature tags other extensions may declare themselves incompatible with
     features: ClassVar[tuple[str, ...]] = ()
+    #: whether requests that differ only in prompt, negative prompt and seed may run as one
+    #: pipeline call (a server batches them). Set False where a request's output would change
+    #: with its batch-mates, e.g. a pipeline that pads prompts to the longest in the call and
+    #: attends to the padding
+    batchable: ClassVar[bool] = True
     #: compute dtype per device type when the user does not choose one
     default_dtypes: ClassVar[dict[str, str]] = {"cpu": "float32"}
     fallback_dtype: ClassVar[str] = "bfloat16"

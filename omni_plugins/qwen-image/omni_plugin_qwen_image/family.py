@@ -69,6 +69,9 @@ class QwenImage(DiffusersFamily):
     # the pipeline drops the text mask when it is all ones, which it is for one prompt per call
     # (omni encodes the prompt and the negative prompt in separate calls), so no mask reaches attention
     attention_masks: ClassVar[bool] = False
+    # prompts of different lengths batched together need a padding mask, which the roles above
+    # are declared without (mask-free kernels may serve them): requests run one call each
+    batchable: ClassVar[bool] = False
     dit_modules: ClassVar[tuple[str, ...]] = ("transformer",)
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
     resident_modules: ClassVar[tuple[str, ...]] = ("vae",)

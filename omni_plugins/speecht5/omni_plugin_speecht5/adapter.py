@@ -19,6 +19,10 @@ field):
     Sentences spend it in order; once it is spent the remaining sentences are not spoken.
     The stop rule and the per-sentence ratios stay in force alongside it.
 
+Usage (``metadata["usage"]`` of a result): the input text tokens are the token ids the encoder
+read, every sentence's with its end-of-sentence token; the output tokens are decoder steps, the
+unit ``max_new_tokens`` budgets (each emits ``reduction_factor`` mel frames).
+
 Text is spoken sentence by sentence, each sentence seeded by the engine's per-segment rule
 (``self.ctx.segments``; the decoder pre-net applies dropout at inference, so the seed matters). That is what makes
 :meth:`SpeechT5Adapter.stream` yield a sentence as soon as it is ready, and the chunks
@@ -31,6 +35,7 @@ detection (which imports every adapter class) stays light.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -44,7 +49,7 @@ from omni_core.speech import (
     TTSAdapter,
     TTSCapabilities,
 )
-from omni_core.speech.adapter import loading, require_model_type
+from omni_core.speech.adapter import loading, require_model_type, token_usage
 from omni_core.speech.text import segment_text
 from omni_plugin_speecht5.voices import read_voice_names
 
@@ -266,3 +271,13 @@ class SpeechT5Adapter(TTSAdapter):
 
     def stream(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         yield from self._chunks(prepared, seed)
+
+    def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int]:
+        # the vocoder turns every mel frame into exactly hop samples, and every decoder step
+        # emits reduction_factor frames, so the steps follow from the audio's length
+        self._require_loaded()
+        hop = math.prod(int(r) for r in self.vocoder.config.upsample_rates)
+        return token_usage(
+            input_text_tokens=sum(len(ids) for ids in prepared.prompt["input_ids"]),
+            output_tokens=audio.frames // (hop * self.reduction_factor),
+        )

@@ -1,0 +1,203 @@
+"""The models a server serves: identified before the port is bound (a wrong directory fails
+``omni serve`` at once), loaded in the background after it (``/health`` says 503 until then),
+each with its own :class:`~omni_core.server.worker.ModelWorker`.
+
+What a model can do decides which routes take it (:data:`ENDPOINTS`, by task); a new kind of
+model (chat, multi-stage) is a new task here and a new route, never a branch on its name.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from omni_core.errors import ModelNotReadyError, ModelNotServedError, OmniError, RecipeError, UnknownExtensionError
+from omni_core.server.config import ModelSource, ServerConfig
+from omni_core.server.worker import ModelWorker
+
+if TYPE_CHECKING:
+    from omni_core.api import Omni, ServedModel
+    from omni_core.generation.request import GenerationProfile
+    from omni_core.speech.request import TTSCapabilities
+
+log = logging.getLogger("omni.serve")
+
+#: the routes that serve each task
+ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "text-to-image": ("/v1/images/generations",),
+    "text-to-video": ("/v1/videos",),
+    "image-to-video": ("/v1/videos",),
+    "speech": ("/v1/audio/speech",),
+}
+#: what a route calls the models it takes, for "model X is not a ... model"
+ROUTE_NOUNS = {
+    "/v1/images/generations": "image",
+    "/v1/videos": "video",
+    "/v1/audio/speech": "speech",
+}
+
+
+@dataclass
+class Model:
+    """One served model: what it is (known before loading) and, once loaded, its engine."""
+
+    source: ModelSource
+    identity: ServedModel
+    status: Literal["loading", "ready", "failed"] = "loading"
+    error: str | None = None
+    omni: Omni | None = None
+    worker: ModelWorker | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+    load_seconds: float = 0.0
+    profile: GenerationProfile | None = None
+    capabilities: TTSCapabilities | None = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def task(self) -> str:
+        return self.identity.task
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return ENDPOINTS.get(self.task, ())
+
+    @property
+    def provider(self) -> str:
+        return self.identity.provider.split(" ")[0] or "omni"
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.capabilities.voices) if self.capabilities is not None else []
+
+    def state(self) -> str:
+        if self.worker is not None and self.worker.fault is not None:
+            return "failed"
+        return self.status
+
+
+class ModelTable:
+    """Every served model by name, and the one loading thread."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.models: dict[str, Model] = {}
+
+    def identify(self) -> None:
+        """Which plugin serves each model directory, from its JSON files (no weights): a model
+        nothing serves fails here, before the port is bound."""
+        from omni_core.api import identify_model
+
+        for source in self.config.models:
+            try:
+                identity = identify_model(source.path, recipe=source.recipe)
+            except OmniError as exc:
+                raise type(exc)(f"model {source.name!r} ({source.path}): {exc.message}") from None
+            if source.recipe is not None and identity.modality != "generation":
+                raise RecipeError(
+                    f"model {source.name!r} ({source.path}) is {identity.describe()}; recipes set image and video "
+                    f"models only: drop --recipe {source.recipe} for it"
+                )
+            if identity.task not in ENDPOINTS:
+                raise ModelNotServedError(
+                    f"model {source.name!r} ({source.path}) is {identity.describe()}; no route of this server "
+                    f"serves {identity.task!r} models yet"
+                )
+            self.models[source.name] = Model(source, identity)
+
+    def load_all(self, make_worker: Any) -> None:
+        """Load each model in turn (on the caller's thread); raise at the first that fails,
+        leaving it marked failed."""
+        for model in self.models.values():
+            self.load(model, make_worker)
+
+    def load(self, model: Model, make_worker: Any) -> None:
+        from omni_core.api import Omni
+
+        started = time.perf_counter()
+        options: dict[str, Any] = {}
+        if model.identity.modality == "generation":
+            options = {"progress": False, **self.config.engine_options}
+            if model.source.recipe is not None:
+                options["recipe"] = model.source.recipe
+        try:
+            omni = Omni(model.source.path, **options)
+        except OmniError as exc:
+            model.status, model.error = "failed", exc.message
+            raise
+        except Exception as exc:  # a plugin's own failure: named, cause chained
+            model.status, model.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise ModelNotReadyError(f"model {model.name!r} failed to load: {model.error}", name=model.name) from exc
+        model.omni = omni
+        if model.identity.modality == "speech":
+            model.capabilities = omni.capabilities
+        else:
+            entry = model.identity.resolution.entry if model.identity.resolution is not None else None
+            if entry is not None:
+                model.profile = entry.load().profile_for(model.source.path)
+        model.worker = make_worker(model)
+        model.worker.start()
+        model.load_seconds = time.perf_counter() - started
+        model.status = "ready"
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def for_route(self, name: str | None, route: str) -> Model:
+        """The model a request names (or the only one that serves ``route``), ready to run.
+        404 for a name nobody serves or a model of the wrong kind, 503 while it loads."""
+        noun = ROUTE_NOUNS[route]
+        candidates = [m for m in self.models.values() if route in m.endpoints]
+        if name is None:
+            if len(candidates) != 1:
+                names = ", ".join(m.name for m in candidates) or "none"
+                raise UnknownExtensionError(
+                    f'name the {noun} model with "model"; this server\'s {noun} models: {names}', field="model"
+                )
+            model = candidates[0]
+        else:
+            found = self.models.get(name)
+            if found is None:
+                names = ", ".join(m.name for m in candidates) or "none"
+                raise UnknownExtensionError(
+                    f"model {name!r} is not served here; {noun} models: {names} (GET /v1/models lists every model)",
+                    field="model",
+                    name=name,
+                )
+            if route not in found.endpoints:
+                raise UnknownExtensionError(
+                    f"model {name!r} is a {found.task} model, not a {noun} model; use {found.endpoints[0]}",
+                    field="model",
+                    name=name,
+                )
+            model = found
+        state = model.state()
+        if state == "loading":
+            raise ModelNotReadyError(f"model {model.name!r} is still loading; retry shortly", name=model.name)
+        if state == "failed":
+            raise ModelNotReadyError(
+                f"model {model.name!r} is out of service: {model.error or (model.worker and model.worker.fault)}",
+                name=model.name,
+            )
+        return model
+
+    def health(self) -> tuple[str, dict[str, str]]:
+        states = {name: m.state() for name, m in self.models.items()}
+        if any(s == "failed" for s in states.values()):
+            return "failed", states
+        if any(s == "loading" for s in states.values()):
+            return "loading", states
+        return "ready", states
+
+    def close(self, timeout: float) -> None:
+        """Drain every worker (up to ``timeout`` in all), then release the models."""
+        deadline = time.monotonic() + timeout
+        for model in self.models.values():
+            if model.worker is not None:
+                model.worker.stop(max(0.0, deadline - time.monotonic()))
+        for model in self.models.values():
+            if model.omni is not None:
+                model.omni.close()

@@ -1,0 +1,155 @@
+"""A real ``omni serve`` process for the tests: started on a free loopback port, waited for
+until its ready line, read and stopped like an operator would (SIGTERM).
+
+    server = start_server(["--model", f"img={d}"], home=tmp_path)
+    httpx.get(server.url + "/health")
+    assert server.stop() == 0            # SIGTERM: drain, exit 0
+    assert "ready" in server.stdout
+
+The process runs this checkout's ``omni`` (the venv the tests run in). ``home`` holds its
+config directory; ``cache`` (default: under ``home``) its cache, where the embedded defaults
+are made: pass one shared directory to make them once per session. ``site`` directories
+(fixture plugins installed with ``pip --target``) go on its ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OMNI = Path(sys.executable).parent / "omni"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env(home: Path, cache: Path | None = None, sites: Iterable[Path] = (), **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_") and k != "PYTHONPATH"}
+    env.update(
+        OMNI_CONFIG_DIR=str(home / "config"),
+        OMNI_CACHE_DIR=str(cache or home / "cache"),
+        PYTHONUNBUFFERED="1",
+    )
+    paths = [str(p) for p in sites]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    port: int
+    stderr_path: Path
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace") if self.stderr_path.exists() else ""
+
+    def access_log(self) -> list[dict[str, object]]:
+        """The server's request log lines (one JSON object per request)."""
+        import json
+
+        entries = []
+        for line in self.stderr.splitlines():
+            if line.startswith("{"):
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue
+        return entries
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Signal the server and wait for it to exit; its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(
+                f"omni serve did not exit within {timeout} s of signal {sig}\n{self.stderr[-3000:]}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def launch(
+    args: Iterable[str | Path],
+    *,
+    home: Path,
+    cache: Path | None = None,
+    sites: Iterable[Path] = (),
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> ServerProcess:
+    """Start ``omni serve ARGS --port PORT`` without waiting for it."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    stderr_path = home / f"serve-{port}.stderr"
+    proc = subprocess.Popen(
+        [str(OMNI), "serve", "--port", str(port), *[str(a) for a in args]],
+        stdout=subprocess.PIPE,
+        stderr=stderr_path.open("w"),
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env or server_env(home, cache, sites),
+        cwd=home,
+    )
+    server = ServerProcess(proc, port, stderr_path)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            server.lines.append(line.rstrip("\n"))
+            if "omni serve: ready" in line:
+                server.ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return server
+
+
+def start_server(
+    args: Iterable[str | Path],
+    *,
+    home: Path,
+    cache: Path | None = None,
+    sites: Iterable[Path] = (),
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+) -> ServerProcess:
+    """Start ``omni serve`` and return once it printed its ready line (every model loaded)."""
+    server = launch(args, home=home, cache=cache, sites=sites, env=env)
+    deadline = time.monotonic() + timeout
+    while not server.ready.wait(0.2):
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            code = server.proc.returncode
+            raise AssertionError(f"omni serve did not become ready (exit {code}):\n{server.stdout}\n{server.stderr[-4000:]}")
+    return server
