@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SETUP_INPUTS := pyproject.toml cli/pyproject.toml plugin_template/pyproject.toml \
                 $(wildcard omni_plugins/*/pyproject.toml) requirements-dev.txt scripts/bootstrap.sh
 
-.PHONY: setup demo test lint types pytest tox-core bench clean
+.PHONY: setup demo test lint types pytest tox-core bench bench-serve clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ tox-core: setup
 
 bench: setup
 	$(BIN)/python benchmarks/cli_startup.py
+
+# omni serve on the embedded defaults: overhead per request, batching throughput, /health under load
+bench-serve: setup
+	$(BIN)/python benchmarks/serve.py
 
 clean:
 	rm -rf $(VENV) .tox .bench

@@ -413,6 +413,14 @@ class AuthenticationError(OmniError, ValueError):
     http_status = 401
 
 
+class EngineFailedError(OmniError, RuntimeError):
+    """A model's engine can run no more requests (a lost device, a dead worker process): an
+    engine raises it to say so. The request fails, and the server takes the model out of
+    service: ``/health`` answers 503 naming it, and its requests get 503, until a restart."""
+
+    http_status = 503
+
+
 class ClientDisconnected(OmniError, RuntimeError):
     """The client hung up before its answer was ready: its work is cancelled and the request
     is logged as 499 (nobody is left to read a body)."""

@@ -70,6 +70,13 @@ def sigint_count() -> int:
     return _SIGINTS
 
 
+def note_sigint() -> None:
+    """Count a SIGINT that a handler of its own received while it replaced ours (the server
+    drains on Ctrl-C and then ends with 130: it was the user's)."""
+    global _SIGINTS
+    _SIGINTS += 1
+
+
 def user_interrupted(since: int) -> bool:
     """Whether a ``KeyboardInterrupt`` caught now, in this thread, is the user's: a SIGINT
     arrived after :func:`sigint_count` returned ``since``, or that cannot be known."""

@@ -16,6 +16,18 @@ HTML comments on the lines just above a block (blank lines between are allowed) 
   is not compared). ``omni models make-tiny FAMILY /tmp/X`` is made once per session and copied.
 * ``<!-- run with: NAME ... -->``: fixture plugins (``tests/fixtures/plugins/NAME``) pip-installed
   into a private site directory that the block's commands see (``PYTHONPATH``).
+* ``<!-- with server: ARGS -->``: a real ``omni serve ARGS`` (:func:`serving.start_server`) runs
+  while the block runs: started on a free loopback port once the setup is done, waited for until
+  its ready line, stopped with SIGTERM after the block. It sees what the block's commands see
+  (environment, cache, fixture plugins; ``/tmp/`` in ARGS is the block's directory) and the
+  embedded defaults are already made unless ARGS has ``--model`` or the block shows
+  ``making the embedded default``. Pages write the server's address as ``localhost:8000`` (or
+  ``127.0.0.1:8000``): in the block's commands and in the page's files it becomes the real port;
+  a ``--port`` in ARGS is dropped for the real one. ``2> /tmp/FILE`` in ARGS makes the server's
+  stderr (its request log) readable as ``/tmp/FILE``. A ``$ omni serve ARGS`` line in the block
+  (the same ARGS) is not run again: it stands for that server, and its shown output is compared
+  with everything the server printed on stdout until it stopped, its exit code with the shown
+  success or failure as for any command.
 
 A fenced ```` ```python title="/tmp/PATH" ```` block is a file: it is written to ``/tmp/PATH``
 for every block of the same page.
@@ -51,11 +63,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving import ServerProcess, start_server
+
 REPO = Path(__file__).resolve().parents[1]
+#: the server address pages show; a ``with server`` block's commands get the real one
+SHOWN_ADDRESS = re.compile(r"\b(localhost|127\.0\.0\.1):8000\b")
 BIN = Path(sys.executable).parent
 FIXTURE_PLUGINS = Path(__file__).parent / "fixtures" / "plugins"
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -413,19 +430,58 @@ class Session:
         return self.defaults[kind]
 
 
-def _setup(block: Block, tmp: Path, session: Session, env: dict[str, str]) -> None:
+def at_port(text: str, port: int | None) -> str:
+    """The server address a page shows (``localhost:8000``) as the real server's."""
+    return text if port is None else SHOWN_ADDRESS.sub(lambda m: f"{m.group(1)}:{port}", text)
+
+
+def server_args(value: str) -> tuple[list[str], str | None]:
+    """A ``with server`` marker's ARGS: (the arguments for ``omni serve``, where its stderr goes).
+    A ``--port`` is dropped: the test picks a free port."""
+    words = shlex.split(value)
+    args: list[str] = []
+    log = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "2>" and i + 1 < len(words):
+            log, i = words[i + 1], i + 2
+        elif word.startswith("2>") and len(word) > 2:
+            log, i = word[2:], i + 1
+        elif word in ("--port", "-p"):
+            i += 2
+        elif word.startswith("--port="):
+            i += 1
+        else:
+            args.append(word)
+            i += 1
+    return args, log
+
+
+def _write_files(block: Block, tmp: Path, port: int | None = None) -> None:
     for page_file in page_blocks(block.page)[1]:
         target = Path(localise(page_file.path, tmp))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(localise(page_file.text, tmp), encoding="utf-8")
+        target.write_text(at_port(localise(page_file.text, tmp), port), encoding="utf-8")
+
+
+def _setup(block: Block, tmp: Path, session: Session, env: dict[str, str]) -> None:
+    _write_files(block, tmp)
     shows_making = any("making the embedded default" in line for step in block.steps for line in step.shown)
     if not shows_making:
+        kinds = set()
         for step in block.omni_commands():
             for kind in ("speak", "generate"):
                 if step.startswith(f"omni {kind} ") and "--model" not in step:
-                    for made in session.embedded_default(kind).iterdir():
-                        if made.is_dir() and not (tmp / "omni-doc-cache" / "tiny" / made.name).exists():
-                            copy_tree(made, tmp / "omni-doc-cache" / "tiny" / made.name)
+                    kinds.add(kind)
+        if "with server" in block.markers:
+            args, _ = server_args(block.markers["with server"])
+            if "--model" not in args and "-m" not in args:
+                kinds |= {"speak", "generate"}
+        for kind in sorted(kinds):
+            for made in session.embedded_default(kind).iterdir():
+                if made.is_dir() and not (tmp / "omni-doc-cache" / "tiny" / made.name).exists():
+                    copy_tree(made, tmp / "omni-doc-cache" / "tiny" / made.name)
     for command in filter(None, (c.strip() for c in block.markers.get("setup", "").split(";"))):
         tiny = MAKE_TINY.match(command)
         if tiny:
@@ -456,25 +512,76 @@ def run_block(
         s.command for s in block.steps if re.search(r"\bpip install\b", s.command) and "--target" not in s.command
     ]
     assert not installs, f"{block.id} installs into the environment: mark it `<!-- not run: installs into ... -->`"
-    problems = []
-    for step in block.steps:
-        code, printed = run_shell(step.command, tmp, env)
-        where = f"$ {step.command}"
-        if block.bare:
-            if code != 0:
-                problems.append(f"{where}\n  exited {code}:\n" + "\n".join(printed[-20:]))
-            continue
-        text = "\n".join(printed)
-        # omni never shows the user a traceback; the user's own Python code may
-        is_omni = re.sub(r"^(\w+=\S*\s+)+", "", step.command).startswith("omni ")
-        if "Traceback (most recent call last)" in text and is_omni:
-            problems.append(f"{where}\n  printed a traceback:\n{text}")
-            continue
-        failing = expects_failure(step.shown)
-        if failing != (code != 0):
-            problems.append(f"{where}\n  exited {code}, the doc shows {'a failure' if failing else 'success'}:\n{text}")
-            continue
-        diff = compare(step.shown, printed)
-        if diff:
-            problems.append(f"{where}\n  {diff}\n  --- printed:\n{text}")
+    server = _start_server(block, tmp, env)
+    port = server.port if server is not None else None
+    if server is not None:
+        _write_files(block, tmp, port)
+    problems: list[str] = []
+    served: list[Step] = []
+    try:
+        for step in block.steps:
+            if server is not None and _is_serve(step.command):
+                served.append(step)  # stands for the marker's server: compared once it stopped
+                continue
+            problems += _run_step(block, step, tmp, env, port)
+    finally:
+        if server is not None:
+            code = _stop(server)
+    if server is not None:
+        wanted = ["omni", "serve", *shlex.split(block.markers["with server"])]
+        for step in served:
+            where = f"$ {step.command}"
+            if shlex.split(step.command) != wanted:
+                problems.append(f"{where}\n  is not the marker's server: `{' '.join(wanted)}`")
+                continue
+            problems += _compare(block, step, where, code, server.lines)
     return problems
+
+
+def _is_serve(command: str) -> bool:
+    return re.sub(r"^(\w+=\S*\s+)+", "", command).startswith("omni serve")
+
+
+def _start_server(block: Block, tmp: Path, env: dict[str, str]) -> ServerProcess | None:
+    """The ``with server`` marker's ``omni serve``, ready, or None without the marker."""
+    if "with server" not in block.markers:
+        return None
+    args, log = server_args(block.markers["with server"])
+    server = start_server([localise(a, tmp) for a in args], home=tmp, env=env)
+    if log is not None:
+        Path(localise(log, tmp)).symlink_to(server.stderr_path)
+    return server
+
+
+def _stop(server: ServerProcess) -> int:
+    """SIGTERM, as an operator stops it; its exit status once its last line was read."""
+    code = server.stop()
+    seen, quiet_since = len(server.lines), time.monotonic()
+    deadline = quiet_since + 5
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < 0.3:
+        time.sleep(0.05)
+        if len(server.lines) != seen:
+            seen, quiet_since = len(server.lines), time.monotonic()
+    return code
+
+
+def _run_step(block: Block, step: Step, tmp: Path, env: dict[str, str], port: int | None) -> list[str]:
+    code, printed = run_shell(at_port(step.command, port), tmp, env)
+    where = f"$ {step.command}"
+    if block.bare:
+        return [f"{where}\n  exited {code}:\n" + "\n".join(printed[-20:])] if code != 0 else []
+    return _compare(block, step, where, code, printed)
+
+
+def _compare(block: Block, step: Step, where: str, code: int, printed: list[str]) -> list[str]:
+    """What differs between a step's shown output and exit, and what it printed and returned."""
+    text = "\n".join(printed)
+    # omni never shows the user a traceback; the user's own Python code may
+    is_omni = re.sub(r"^(\w+=\S*\s+)+", "", step.command).startswith("omni ")
+    if "Traceback (most recent call last)" in text and is_omni:
+        return [f"{where}\n  printed a traceback:\n{text}"]
+    failing = expects_failure(step.shown)
+    if failing != (code != 0):
+        return [f"{where}\n  exited {code}, the doc shows {'a failure' if failing else 'success'}:\n{text}"]
+    diff = compare(step.shown, printed)
+    return [f"{where}\n  {diff}\n  --- printed:\n{text}"] if diff else []

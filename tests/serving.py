@@ -151,5 +151,7 @@ def start_server(
         if server.proc.poll() is not None or time.monotonic() > deadline:
             server.kill()
             code = server.proc.returncode
-            raise AssertionError(f"omni serve did not become ready (exit {code}):\n{server.stdout}\n{server.stderr[-4000:]}")
+            raise AssertionError(
+                f"omni serve did not become ready (exit {code}):\n{server.stdout}\n{server.stderr[-4000:]}"
+            )
     return server

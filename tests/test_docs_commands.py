@@ -29,7 +29,7 @@ from docblocks import (
 pytestmark = pytest.mark.slow
 
 BLOCKS = all_blocks()
-KNOWN_MARKERS = {"not run", "setup", "run with"}
+KNOWN_MARKERS = {"not run", "setup", "run with", "with server"}
 OMNI = BIN / "omni"
 
 

@@ -260,6 +260,8 @@ CASES = [
         "pronounce"),
     row("speak-only-unknown-characters", lambda w: w.use("speecht5"),
         ("speak", "\u65e5\u672c\u8a9e", "--model", "{model}", "--out", "a.wav"), 1, "unknown token"),
+    row("speak-mp3-at-a-rate-mpeg-cannot-carry", vits,
+        (*SPEAK, "--format", "mp3", "--sample-rate", "192000", "--out", "a.mp3"), 1, "mp3 cannot carry 192000 Hz"),
     row("speak-text-too-long", vits, ("speak", "a " * 2500, "--model", "{model}", "--out", "a.wav"), 1,
         "at most 4096"),
     # -- family options, checked before any weight is read (the weights here are garbage) -----

@@ -644,21 +644,124 @@ def test_64_concurrent_clients_every_accepted_request_completes_once(tmp_path: P
     assert line in metrics
 
 
-def test_launch_helper_sees_loading_state(tmp_path: Path, serve_cache: Path) -> None:
-    """/health is 503 until the models are loaded, then 200."""
-    server = launch([], home=tmp_path, cache=serve_cache)
+def test_health_is_503_while_loading_then_200(tmp_path: Path, fault_site: Path, fault_models: dict[str, Path]) -> None:
+    slow = tmp_path / "slow"
+    shutil.copytree(fault_models["image"], slow)
+    index = json.loads((slow / "model_index.json").read_text())
+    (slow / "model_index.json").write_text(json.dumps({**index, "load_seconds": 3}))
+    server = launch(["--model", f"slow={slow}"], home=tmp_path, env=server_env(tmp_path, sites=(fault_site,)))
     try:
-        seen = set()
-        deadline = time.monotonic() + 180
+        seen: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not server.ready.is_set():
             try:
                 response = httpx.get(server.url + "/health", timeout=2)
-                seen.add((response.status_code, response.json()["status"]))
+                seen.append((response.status_code, response.json()["status"]))
+                if response.status_code == 503:
+                    refused = httpx.post(server.url + "/v1/images/generations", json={"model": "slow", "prompt": "x"})
+                    assert_error(refused, 503, "still loading")
+                    assert refused.headers["retry-after"]
             except httpx.TransportError:
                 pass
-            time.sleep(0.02)
+            time.sleep(0.05)
         assert server.ready.is_set()
-        assert httpx.get(server.url + "/health").status_code == 200
-        assert all(code == 503 and status == "loading" for code, status in seen if status != "ready"), seen
+        assert (503, "loading") in seen, seen
+        assert httpx.get(server.url + "/health").json()["status"] == "ready"
     finally:
         server.kill()
+
+
+def test_an_engine_fault_takes_that_model_out_of_service_and_health_says_so(
+    tmp_path: Path, fault_site: Path, fault_models: dict[str, Path]
+) -> None:
+    args = ["--model", f"breaks={fault_models['image']}", "--model", f"voice={fault_models['voice']}"]
+    server = start_server(args, home=tmp_path, env=server_env(tmp_path, sites=(fault_site,)))
+    try:
+        url = server.url
+        broke = httpx.post(
+            url + "/v1/images/generations", json={"model": "breaks", "prompt": "x", "extra": {"behaviour": "break"}}
+        )
+        assert_error(broke, 503, "device is lost")
+        health = httpx.get(url + "/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "failed" and health.json()["models"] == {"breaks": "failed", "voice": "ready"}
+        assert "breaks" in health.json()["detail"]
+        assert_error(
+            httpx.post(url + "/v1/images/generations", json={"model": "breaks", "prompt": "x"}), 503, "out of service"
+        )
+        spoken = httpx.post(url + "/v1/audio/speech", json={"model": "voice", "input": "still here"})
+        assert spoken.status_code == 200, "the other model keeps serving"
+        cards = {m["id"]: m["status"] for m in httpx.get(url + "/v1/models").json()["data"]}
+        assert cards == {"breaks": "failed", "voice": "ready"}
+    finally:
+        server.kill()
+
+
+def test_ctrl_c_drains_and_exits_130(tmp_path: Path, serve_cache: Path) -> None:
+    server = start_server([], home=tmp_path, cache=serve_cache)
+    assert server.stop(signal.SIGINT) == 130
+    assert "stopped" in server.stdout
+    assert "Traceback" not in server.stderr
+
+
+def test_usage_headers_on_speech_from_an_autoregressive_model(tmp_path: Path) -> None:
+    model = _make_tiny("speecht5", tmp_path / "t5", tmp_path)
+    server = start_server(["--model", f"t5={model}"], home=tmp_path / "home")
+    try:
+        spoken = httpx.post(server.url + "/v1/audio/speech", json={"model": "t5", "input": "Hello there.", "seed": 0})
+        assert spoken.status_code == 200, spoken.text
+        usage = {k: int(v) for k, v in spoken.headers.items() if k.startswith("x-omni-") and k.endswith("-tokens")}
+        assert set(usage) == {
+            "x-omni-input-tokens",
+            "x-omni-output-tokens",
+            "x-omni-total-tokens",
+            "x-omni-input-text-tokens",
+            "x-omni-input-audio-tokens",
+        }
+        assert usage["x-omni-input-text-tokens"] > 0 and usage["x-omni-output-tokens"] > 0
+        assert usage["x-omni-total-tokens"] == usage["x-omni-input-tokens"] + usage["x-omni-output-tokens"]
+    finally:
+        server.kill()
+
+
+def test_finished_video_jobs_are_kept_for_a_bounded_time_and_count(tmp_path: Path, video_model: Path) -> None:
+    server = start_server(["--model", f"v={video_model}", "--max-jobs", "1", "--job-ttl", "4"], home=tmp_path)
+    url = server.url + "/v1/videos"
+    small = {"model": "v", "size": "64x64", "num_frames": 5, "num_inference_steps": 1}
+
+    def finished(job_id: str) -> dict:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            job = httpx.get(f"{url}/{job_id}").json()
+            if job["status"] not in ("queued", "in_progress"):
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} did not finish")
+
+    try:
+        first = httpx.post(url, json={**small, "prompt": "one"}).json()
+        assert finished(first["id"])["status"] == "completed"
+        second = httpx.post(url, json={**small, "prompt": "two"}).json()
+        assert finished(second["id"])["status"] == "completed"
+        # one finished job is kept: the older one and its file are gone
+        assert_error(httpx.get(f"{url}/{first['id']}"), 404, "no video job")
+        assert httpx.get(f"{url}/{second['id']}/content").status_code == 200
+        job = httpx.get(f"{url}/{second['id']}").json()
+        assert job["expires_at"] - job["completed_at"] == 4
+        time.sleep(5)
+        assert_error(httpx.get(f"{url}/{second['id']}/content"), 404)
+        assert httpx.get(url).json()["data"] == []
+    finally:
+        server.kill()
+
+
+def test_the_listening_socket_lets_asyncio_turn_nagle_off() -> None:
+    """asyncio sets TCP_NODELAY on accepted connections only when the listening socket was made
+    with IPPROTO_TCP; without it every response's body waits for the client's delayed ACK."""
+    from omni_core.server.runner import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

@@ -27,23 +27,28 @@ class GenerationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    prompt: str = Field(min_length=1)
-    negative_prompt: str | None = None
-    width: int | None = None
-    height: int | None = None
-    num_inference_steps: int | None = None
-    guidance_scale: float | None = None
-    #: None draws a seed, which is reported in the result's metadata; the range is
-    #: :data:`omni_core.inputs.SEED_LIMIT`'s, shared with speech
-    seed: int | None = None
-    num_outputs: int = 1
-    #: video only
-    num_frames: int | None = None
-    fps: int | None = None
+    prompt: str = Field(min_length=1, description="What to generate.")
+    negative_prompt: str | None = Field(default=None, description="What to steer away from (models that take one).")
+    width: int | None = Field(default=None, description="Width in pixels; unset: the model's default.")
+    height: int | None = Field(default=None, description="Height in pixels; unset: the model's default.")
+    num_inference_steps: int | None = Field(default=None, description="Denoising steps; unset: the model's default.")
+    guidance_scale: float | None = Field(
+        default=None, description="Guidance scale; unset: the model's default (guidance-distilled models take none)."
+    )
+    #: the range is :data:`omni_core.inputs.SEED_LIMIT`'s, shared with speech
+    seed: int | None = Field(
+        default=None, description="0 to 4294967295; the same seed gives the same pixels. Unset: drawn and reported."
+    )
+    num_outputs: int = Field(default=1, description="How many images or videos.")
+    num_frames: int | None = Field(default=None, description="Video only: frames; unset: the model's default.")
+    fps: int | None = Field(default=None, description="Video only: frames per second; unset: the model's default.")
     #: image-to-video: a path to an image file, a PIL image or an HxWx3 uint8 array
-    image: Any = None
-    #: model-specific options the family declares in ``GenerationProfile.extra_options``
-    extra: dict[str, Any] = Field(default_factory=dict)
+    image: Any = Field(default=None, description="Image-to-video: the image to animate.")
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the model's own (`omni models list` and GET /v1/models name its family); "
+        "an option it does not declare is refused.",
+    )
 
     @field_validator("prompt")
     @classmethod

@@ -27,11 +27,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from omni_core.errors import (
     AuthenticationError,
     ClientDisconnected,
+    EngineFailedError,
     GenerationOptionError,
     ModelNotReadyError,
     ModelRuntimeError,
@@ -156,6 +158,31 @@ def _validation_message(exc: Any, model: Any = None) -> tuple[str, str | None]:
     return "; ".join(validation_problems(exc, model=model)[:5]), first_location(exc)
 
 
+#: ``error.code``: stable words a client can branch on (never a class name), by status
+ERROR_CODES = {
+    400: "invalid_value",
+    401: "invalid_api_key",
+    404: "not_found",
+    409: "conflict",
+    413: "request_too_large",
+    429: "queue_full",
+    503: "unavailable",
+    504: "timeout",
+}
+#: where one status has several causes a client may tell apart
+_CODES_BY_ERROR: dict[type[OmniError], str] = {
+    EngineFailedError: "engine_failed",
+    ModelNotReadyError: "model_not_ready",
+}
+
+
+def _code(exc: OmniError) -> str:
+    for cls, code in _CODES_BY_ERROR.items():
+        if isinstance(exc, cls):
+            return code
+    return ERROR_CODES.get(exc.http_status, "error")
+
+
 #: the request field a model's rule names first, for ``error.param`` (width and height arrive as size)
 _PARAMS = {"width": "size", "height": "size", "num_outputs": "n"}
 
@@ -184,7 +211,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         if status >= 500 and status not in (503, 504):
             return _server_error(request, exc)
         return error_response(
-            status, exc.message, param=exc.field or _param_of(exc.message), code=type(exc).__name__, headers=headers
+            status, exc.message, param=exc.field or _param_of(exc.message), code=_code(exc), headers=headers
         )
 
     @app.exception_handler(RequestValidationError)
@@ -202,11 +229,24 @@ def _install_error_handlers(app: FastAPI) -> None:
             message = f"{request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # the router names the methods of the first route on the path only; Allow lists them all
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+        return error_response(exc.status_code, message, headers=headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         return _server_error(request, exc)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes on the request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def _server_error(request: Request, exc: BaseException) -> Response:
@@ -454,8 +494,16 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
 
     # -- service --------------------------------------------------------------------------
 
-    @app.get("/health", response_model=Health, responses={503: {"model": Health, "description": "Not ready."}})
+    @app.get(
+        "/health",
+        response_model=Health,
+        summary="Whether the server is ready",
+        response_description="Every model is loaded and in service.",
+        responses={503: {"model": Health, "description": "Loading, draining, or a model is out of service."}},
+    )
     async def health() -> Response:
+        """Readiness for load balancers: 200 once every model is loaded, 503 with the reason
+        before that, while draining, or when a model is out of service. No API key needed."""
         status, models = table.health()
         if state.draining:
             status = "draining"
@@ -469,8 +517,15 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         body = Health(status=status, models=models, detail=detail)
         return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
 
-    @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        summary="Prometheus metrics",
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    )
     async def metrics() -> Response:
+        """Request counts, latencies, queue depths and batch sizes, labelled by route template,
+        model and status (never a request id). No API key needed."""
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -478,8 +533,15 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         page = resources.files("omni_core.server").joinpath("static/playground.html").read_text(encoding="utf-8")
         return HTMLResponse(page)
 
-    @app.get("/v1/models", response_model=ModelList, responses=ERRORS)
+    @app.get(
+        "/v1/models",
+        response_model=ModelList,
+        responses=ERRORS,
+        summary="List the served models",
+        response_description="Every model this server was started with, loaded or not.",
+    )
     async def list_models() -> ModelList:
+        """Each model's name (what requests send as `model`), task, routes, voices and status."""
         cards = [
             ModelCard(
                 id=m.name,
@@ -496,8 +558,16 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
 
     # -- images ---------------------------------------------------------------------------
 
-    @app.post(IMAGES, response_model=ImagesResponse, responses=ERRORS)
+    @app.post(
+        IMAGES,
+        response_model=ImagesResponse,
+        responses=ERRORS,
+        summary="Generate images",
+        response_description="The images, as base64 PNG, each with the seed it was made with.",
+    )
     async def images(body: ImageGenerationBody, request: Request) -> ImagesResponse:
+        """Images from a prompt. Requests that can share a pipeline call are batched; each
+        keeps its own seed and gets the pixels it would get alone."""
         model = table.for_route(body.model, IMAGES)  # type: ignore[attr-defined]
         _note(request, model=model.name)
         if body.response_format == "url":  # type: ignore[attr-defined]
@@ -534,6 +604,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
 
     @app.post(
         SPEECH,
+        summary="Generate speech",
         response_class=Response,
         responses={
             **ERRORS,
@@ -551,6 +622,8 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         },
     )
     async def speech(body: SpeechBody, request: Request) -> Response:
+        """Speech from text: the whole audio in `response_format`, or, with `stream`, chunks
+        as the model makes them (`stream_format` "sse": server-sent events)."""
         from omni_core.speech.engine import check_request
         from omni_core.speech.request import SpeechRequest
 
@@ -607,6 +680,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
 
     @app.post(
         VIDEOS,
+        summary="Create a video job",
         response_model=VideoJob,
         responses=ERRORS,
         openapi_extra={
@@ -620,9 +694,12 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         },
     )
     async def create_video(request: Request) -> VideoJob:
+        """Queue a video; the answer is a job to poll (`GET /v1/videos/{video_id}`) until it
+        is `completed`, then fetch its content."""
         form = await _video_form(request)
+        from_form = request.headers.get("content-type", "").startswith(_FORM_TYPES)
         try:
-            body = VideoGenerationBody.model_validate(form)
+            body = VideoGenerationBody.model_validate(form, strict=not from_form)
         except ValidationError as exc:
             message, param = _validation_message(exc, VideoGenerationBody)
             raise GenerationOptionError(message, field=param) from None
@@ -642,20 +719,24 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         _start_video(state, model, record, fields)
         return record.view(config.job_ttl_s)
 
-    @app.get(VIDEOS, response_model=VideoJobList, responses=ERRORS)
+    @app.get(VIDEOS, response_model=VideoJobList, responses=ERRORS, summary="List video jobs")
     async def list_videos() -> VideoJobList:
+        """The jobs this server keeps (finished ones for --job-ttl, at most --max-jobs), newest first."""
         return VideoJobList(data=[r.view(config.job_ttl_s) for r in state.jobs.all()])
 
-    @app.get(VIDEOS + "/{video_id}", response_model=VideoJob, responses=ERRORS)
+    @app.get(VIDEOS + "/{video_id}", response_model=VideoJob, responses=ERRORS, summary="A video job")
     async def get_video(video_id: str) -> VideoJob:
+        """The job's status and progress; `expires_at` once it has finished."""
         return _video(state, video_id).view(config.job_ttl_s)
 
     @app.get(
         VIDEOS + "/{video_id}/content",
+        summary="A finished video's MP4",
         response_class=Response,
         responses={**ERRORS, 200: {"content": {"video/mp4": {}}, "description": "The MP4 (H.264)."}},
     )
     async def video_content(video_id: str) -> Response:
+        """The MP4 of a `completed` job (an error until then)."""
         record = _video(state, video_id)
         if record.status != "completed" or record.path is None or not record.path.is_file():
             why = f"failed: {record.error.message}" if record.error is not None else f"is {record.status}"
@@ -666,13 +747,14 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         data = await asyncio.to_thread(record.path.read_bytes)
         return Response(data, media_type="video/mp4")
 
-    @app.delete(VIDEOS + "/{video_id}", response_model=VideoDeleted, responses=ERRORS)
+    @app.delete(VIDEOS + "/{video_id}", response_model=VideoDeleted, responses=ERRORS, summary="Delete a video job")
     async def delete_video(video_id: str) -> VideoDeleted:
+        """Remove the job and its file, cancelling it first if it is queued or running."""
         _video(state, video_id)
         state.jobs.remove(video_id)
         return VideoDeleted(id=video_id)
 
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi(app, config.api_key is not None)  # type: ignore[method-assign]
     app.add_middleware(Gate, state=state)
     return app
 
@@ -768,11 +850,14 @@ async def _stream_speech(
 # -- video helpers --------------------------------------------------------------------------------
 
 
+_FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
 async def _video_form(request: Request) -> dict[str, Any]:
     """The body as a dict, from JSON or a multipart form (fields as text, JSON for ``extra``;
     an uploaded ``input_reference`` image for image-to-video is saved and passed as ``image``)."""
     content_type = request.headers.get("content-type", "")
-    if content_type.startswith("multipart/form-data") or content_type.startswith("application/x-www-form-urlencoded"):
+    if content_type.startswith(_FORM_TYPES):
         try:
             form = await request.form()
         except Exception as exc:
@@ -872,8 +957,9 @@ def _start_video(state: ServerState, model: Model, record: VideoRecord, fields: 
     task.add_done_callback(state.video_tasks.discard)
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema without its 422 (this server answers 400 in :class:`ErrorResponse`)."""
+def _openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
+    """FastAPI's schema without its 422 (this server answers 400 in :class:`ErrorResponse`),
+    with the Bearer key on the /v1/ routes: required when the server has one, else optional."""
     from fastapi.openapi.utils import get_openapi
 
     if app.openapi_schema:
@@ -881,9 +967,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schema = get_openapi(
         title=app.title, version=app.version, summary=app.summary, description=app.description, routes=app.routes
     )
-    for path in schema.get("paths", {}).values():
+    for route, path in schema.get("paths", {}).items():
         for operation in path.values():
             operation.get("responses", {}).pop("422", None)
+            if route.startswith("/v1/"):
+                operation["security"] = [{"bearerAuth": []}] if api_key else [{}, {"bearerAuth": []}]
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "bearerAuth": {"type": "http", "scheme": "bearer", "description": "omni serve --api-key (or OMNI_API_KEY)"}
+    }
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)

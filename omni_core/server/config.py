@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from omni_core.generation.recipe import Recipe
+
 
 class ModelSource(BaseModel):
     """One model to serve: the name clients call it by, its checkpoint directory, and an
@@ -16,7 +18,8 @@ class ModelSource(BaseModel):
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
     path: Path
-    recipe: Path | None = None
+    #: a recipe file, or a recipe built in code (the embedded default's smaller size)
+    recipe: Path | Recipe | None = None
 
 
 class ServerConfig(BaseModel):
@@ -45,7 +48,8 @@ class ServerConfig(BaseModel):
     # -- batching -----------------------------------------------------------------------------
     #: image requests run as one pipeline call, at most this many (1 turns batching off)
     max_batch: int = Field(default=8, ge=1)
-    #: how long the first request of a batch waits for companions, when others are arriving
+    #: the least time the first request of a batch waits for companions while others arrive
+    #: (see :mod:`omni_core.server.worker`; 0 never waits)
     batch_wait_ms: float = Field(default=5.0, ge=0)
 
     # -- video jobs -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -35,6 +35,8 @@ class _Queues(Collector):
 
 class Metrics:
     def __init__(self, depths: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        # a "_created" timestamp per series doubles the series count and tells nothing here
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "omni_requests", "HTTP requests answered.", ["endpoint", "model", "status"], registry=self.registry

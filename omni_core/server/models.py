@@ -100,7 +100,7 @@ class ModelTable:
             if source.recipe is not None and identity.modality != "generation":
                 raise RecipeError(
                     f"model {source.name!r} ({source.path}) is {identity.describe()}; recipes set image and video "
-                    f"models only: drop --recipe {source.recipe} for it"
+                    "models only: drop its --recipe"
                 )
             if identity.task not in ENDPOINTS:
                 raise ModelNotServedError(

@@ -32,13 +32,19 @@ from omni_core.server.config import ServerConfig
 
 log = logging.getLogger("omni.serve")
 
-#: import name -> distribution to install
+#: what ``omni serve`` imports -> the distribution that provides it (the ``serve`` extra)
 _REQUIRED = {
     "fastapi": "fastapi",
     "uvicorn": "uvicorn",
     "prometheus_client": "prometheus-client",
     "python_multipart": "python-multipart",
+    "numpy": "numpy",
+    "PIL": "pillow",
+    "imageio_ffmpeg": "imageio-ffmpeg",
+    "soundfile": "soundfile",
 }
+#: the one fix for any of them (``omni doctor`` prints it too)
+SERVE_FIX = "pip install 'omni-core[serve]'"
 
 
 def missing_packages() -> list[str]:
@@ -69,8 +75,10 @@ def bind(host: str, port: int) -> socket.socket:
         raise ServerStartError(
             f"cannot listen on {host!r}: {exc.strerror}; pass --host an address of this machine"
         ) from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, socktype, proto, _, address = infos[0]
+    # with its protocol (IPPROTO_TCP) set, asyncio turns Nagle off on every connection; without
+    # it a response's body waits for the client's delayed ACK (40 ms on every request)
+    sock = socket.socket(family, socktype, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
@@ -218,6 +226,10 @@ class _Server:
                         signal.signal(sig, handler)
 
             def handle_exit(self, sig: int, frame: Any) -> None:
+                if sig == signal.SIGINT:
+                    from omni_core.guard import note_sigint
+
+                    note_sigint()
                 if self.signalled is None:
                     self.signalled = sig
                     on_signal()

@@ -37,12 +37,16 @@ def _field(name: str, annotation: Any, info: Any) -> dict[str, Any]:
     return {name: (annotation, info)}
 
 
-_FORBID = ConfigDict(extra="forbid")
+# NaN and Infinity are no JSON, yet Python's parser takes them: a number must be finite
+_FORBID = ConfigDict(extra="forbid", allow_inf_nan=False)
+# a JSON body arrives typed: as its schema says, true is no seed and "2" is no n (a form's
+# values are all text, so the video body is made strict only when it came as JSON)
+_JSON_BODY = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 _GENERATION_FIELDS = ("prompt", "negative_prompt", "num_inference_steps", "guidance_scale", "seed", "extra")
 
 ImageGenerationBody: type[BaseModel] = create_model(
     "ImageGenerationBody",
-    __config__=_FORBID,
+    __config__=_JSON_BODY,
     __doc__="`POST /v1/images/generations`. Unset fields take the recipe's, then the model's defaults.",
     model=(
         str | None,
@@ -76,7 +80,7 @@ VideoGenerationBody: type[BaseModel] = create_model(
 
 SpeechBody: type[BaseModel] = create_model(
     "SpeechBody",
-    __config__=_FORBID,
+    __config__=_JSON_BODY,
     __doc__='`POST /v1/audio/speech`. `voice` "default" is the model\'s own voice.',
     model=(str | None, Field(default=None, description="A served speech model's name.")),
     **_field(

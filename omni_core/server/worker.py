@@ -8,9 +8,11 @@ worker thread and a bounded queue in front of it:
   (429) when ``queue_size`` requests already wait: a client is told to come back, never left
   hanging;
 * the thread takes the oldest job. If it has a ``batch_key`` (image requests that can share
-  a pipeline call), it gathers waiting jobs with the same key, up to ``max_batch``; it waits
-  up to ``batch_wait`` for more only while other requests are arriving (the queue was not
-  empty, or the last batch was shared), so a lone client never pays for batching;
+  a pipeline call), it gathers waiting jobs with the same key, up to ``max_batch``. The clients
+  of the last batches come back together, but their requests reach the queue one by one, so
+  it waits for as many as recent batches held: at least ``batch_wait``, at most a quarter of
+  the last run (and 50 ms). A lone client (nothing queued, recent batches of one) never waits,
+  and a wait that ends short resets what is expected, so a drop in load costs one wait;
 * every job runs inside :func:`omni_core.cancel.cancellable` with its own token: a client
   that hangs up or a deadline cancels a queued job before it starts and a running one at its
   next step;
@@ -30,9 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.cancel import CancelToken, cancellable
-from omni_core.errors import ModelNotReadyError, RequestCancelled, ServerBusyError
+from omni_core.errors import EngineFailedError, ModelNotReadyError, RequestCancelled, ServerBusyError
 
 log = logging.getLogger("omni.serve")
+
+#: the longest a batch waits for companions, whatever the last run took
+_MAX_WAIT_S = 0.050
 
 #: runs a batch: the jobs' payloads in, one result (or exception) per job out
 BatchRunner = Callable[[list["Job"]], list[Any]]
@@ -106,7 +111,9 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._running: list[Job] = []
-        self._last_batch = 1
+        #: sizes of the last batches (what the next one expects) and how long the last run took
+        self._recent: deque[int] = deque([1], maxlen=4)
+        self._last_run_s = 0.0
         #: set when the thread died of something no job should have raised: the model is unusable
         self.fault: str | None = None
         self._thread = threading.Thread(target=self._main, name=f"omni-model-{name}", daemon=True)
@@ -165,19 +172,28 @@ class ModelWorker:
     # -- the thread's side ----------------------------------------------------------------------
 
     def _main(self) -> None:
+        running: list[Job] = []
         try:
-            while True:
+            while self.fault is None:
                 batch = self._next_batch()
                 if batch is None:
                     return
+                running = batch
                 self._run(batch)
-        except BaseException as exc:
+        except BaseException as exc:  # plugin code ended the thread (SystemExit and the like)
             self.fault = f"its worker stopped: {type(exc).__name__}: {exc}"
-            log.error("model %s: worker stopped: %s", self.name, exc, exc_info=True)
-            with self._cond:
-                for job in self._pending:
-                    job.settle(error=ModelNotReadyError(f"model {self.name!r} is out of service: {self.fault}"))
-                self._pending.clear()
+            log.error("model %s: worker stopped: %s", self.name, exc, exc_info=exc)
+            for job in running:
+                job.settle(error=ModelNotReadyError(f"model {self.name!r} is out of service: {self.fault}"))
+        # out of service: whatever waits is refused, and submit() refuses what comes
+        with self._cond:
+            for job in self._pending:
+                job.settle(error=ModelNotReadyError(f"model {self.name!r} is out of service: {self.fault}"))
+            self._pending.clear()
+
+    def _engine_failed(self, exc: EngineFailedError) -> None:
+        self.fault = f"its engine failed: {exc.message}"
+        log.error("model %s is out of service: %s", self.name, exc.message)
 
     def _next_batch(self) -> list[Job] | None:
         with self._cond:
@@ -194,9 +210,13 @@ class ModelWorker:
             batch = [job]
             if job.batch_key is None or self.max_batch == 1:
                 return self._begin(batch)
-            arriving = bool(self._pending) or self._last_batch > 1
-            deadline = time.monotonic() + (self.batch_wait_s if arriving else 0.0)
-            while len(batch) < self.max_batch:
+            expected = min(self.max_batch, max(self._recent))
+            if not self._pending and expected <= 1:
+                self._recent.append(1)
+                return self._begin(batch)  # a lone client never waits
+            wait = max(self.batch_wait_s, min(_MAX_WAIT_S, 0.25 * self._last_run_s)) if self.batch_wait_s else 0.0
+            deadline = time.monotonic() + wait
+            while True:
                 for other in list(self._pending):
                     if len(batch) >= self.max_batch:
                         break
@@ -204,9 +224,14 @@ class ModelWorker:
                         self._pending.remove(other)
                         batch.append(other)
                 remaining = deadline - time.monotonic()
-                if len(batch) >= self.max_batch or remaining <= 0 or self._stopping:
+                full = len(batch) >= max(expected, 2) or len(batch) >= self.max_batch
+                if full or remaining <= 0 or self._stopping:
                     break
                 self._cond.wait(remaining)
+            if len(batch) < expected and not self._stopping:
+                self._recent = deque([len(batch)], maxlen=4)  # the wait ended short: load dropped
+            else:
+                self._recent.append(len(batch))
             return self._begin(batch)
 
     def _begin(self, batch: list[Job]) -> list[Job]:
@@ -215,10 +240,16 @@ class ModelWorker:
             job.started = now
             job.batch_size = len(batch)
         self._running = batch
-        self._last_batch = len(batch)
         return batch
 
     def _run(self, batch: list[Job]) -> None:
+        started = time.perf_counter()
+        try:
+            self._run_batch(batch)
+        finally:
+            self._last_run_s = time.perf_counter() - started
+
+    def _run_batch(self, batch: list[Job]) -> None:
         if self._observe_batch is not None:
             self._observe_batch(len(batch))
         for job in batch:
@@ -230,6 +261,9 @@ class ModelWorker:
                 try:
                     with cancellable(job.token):
                         job.settle(job.run(job))
+                except EngineFailedError as exc:
+                    self._engine_failed(exc)
+                    job.settle(error=exc)
                 except Exception as exc:  # fails this request alone
                     job.settle(error=exc)
                 return
@@ -241,6 +275,8 @@ class ModelWorker:
                 with cancellable(token):
                     outcomes = runner(batch)
             except Exception as exc:
+                if isinstance(exc, EngineFailedError):
+                    self._engine_failed(exc)
                 for job in batch:
                     job.settle(error=exc)
                 return

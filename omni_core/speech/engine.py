@@ -66,6 +66,10 @@ def merge_sampling(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[
     return merged
 
 
+#: the sample rates an MPEG audio stream (MPEG-1, 2 and 2.5 layer III) can carry
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+
+
 def check_request(request: SpeechRequest, caps: TTSCapabilities) -> None:
     """The rules every adapter gets; a violation names the rule and the fix."""
 
@@ -109,6 +113,13 @@ def check_request(request: SpeechRequest, caps: TTSCapabilities) -> None:
             reject("this model changes speed only after synthesis, which cannot stream; drop stream or speed")
     # an encoder this install lacks is refused before anything is synthesised
     check_format(request.response_format)
+    if request.response_format == "mp3":
+        rate = request.sample_rate or caps.native_sample_rate
+        if rate not in MP3_RATES:
+            rates = ", ".join(
+                str(r) for r in MP3_RATES if not caps.supported_sample_rates or r in caps.supported_sample_rates
+            )
+            reject(f"mp3 cannot carry {rate} Hz audio; set sample_rate to one of {rates}, or choose wav, pcm or flac")
     defaults = SpeechRequest.model_fields
     for name in caps.unsupported_fields:
         if getattr(request, name) != defaults[name].default:

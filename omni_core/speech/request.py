@@ -23,22 +23,26 @@ class SpeechRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: str
-    voice: str | None = None
-    response_format: AudioFormat = "wav"
-    #: playback speed; 1.0 leaves the audio untouched
-    speed: float = Field(default=1.0, ge=0.25, le=4.0)
-    #: output sample rate in Hz; None keeps the model's native rate
-    sample_rate: int | None = Field(default=None, ge=8000, le=192000)
-    language: str | None = None
-    instructions: str | None = None
-    #: reference audio for voice cloning: a path to an audio file
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    #: the range is :data:`omni_core.inputs.SEED_LIMIT`'s, shared with image and video generation
-    seed: int | None = None
-    stream: bool = False
-    max_new_tokens: int | None = Field(default=None, ge=1)
+    input: str = Field(description="The text to speak.")
+    voice: str | None = Field(default=None, description="One of the model's voices; unset: its default voice.")
+    response_format: AudioFormat = Field(
+        default="wav", description="wav (16-bit PCM), pcm (raw 16-bit little-endian), flac or mp3."
+    )
+    speed: float = Field(default=1.0, ge=0.25, le=4.0, description="Playback speed; 1.0 leaves the audio untouched.")
+    sample_rate: int | None = Field(
+        default=None, ge=8000, le=192000, description="Output sample rate in Hz; unset keeps the model's native rate."
+    )
+    language: str | None = Field(default=None, description="A language the model lists; unset: its default.")
+    instructions: str | None = Field(default=None, description="How to speak, for models that take instructions.")
+    ref_audio: str | None = Field(default=None, description="Reference audio to clone a voice from: a file path.")
+    ref_text: str | None = Field(default=None, description="What ref_audio says.")
+    seed: int | None = Field(
+        default=None, description="0 to 4294967295; the same seed gives the same audio. Unset: drawn and reported."
+    )
+    stream: bool = Field(default=False, description="Send the audio in chunks as it is made.")
+    max_new_tokens: int | None = Field(
+        default=None, ge=1, description="Budget of generated tokens (autoregressive models); unset: the model's."
+    )
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> SpeechRequest:

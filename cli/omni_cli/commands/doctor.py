@@ -54,6 +54,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         "python": {"version": _platform.python_version(), "executable": sys.executable},
         "omni": {"core": __version__, "cli": _version("omni-cli"), "plugin_api": PLUGIN_API_VERSION},
         "torch": _version("torch"),
+        "serve": _serve(),
         "settings": {
             "strict": settings.strict,
             "safe_mode": settings.safe_mode,
@@ -189,6 +190,15 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         raise typer.Exit(EXIT_STRICT if settings.strict else EXIT_PROBLEMS)
 
 
+def _serve() -> dict[str, Any]:
+    """Whether ``omni serve`` can run here. Serving is optional, so a missing package is
+    reported with its fix, not counted as a problem."""
+    from omni_core.server.runner import SERVE_FIX, missing_packages
+
+    missing = missing_packages()  # find_spec only: nothing is imported
+    return {"missing": missing, "fix": SERVE_FIX if missing else None}
+
+
 def _attention(plugin_set: Any, platform: Any, problems: list[dict[str, str]]) -> dict[str, Any]:
     """The automatic attention choice for the common roles, and every backend's availability."""
     from omni_core.attention.config import AttentionConfig, AttentionConfigError
@@ -221,6 +231,11 @@ def _print(report: dict[str, Any]) -> None:
     o = report["omni"]
     echo(f"omni        core {o['core']}, cli {o['cli']}, plugin API {o['plugin_api']}")
     echo(f"torch       {report['torch'] or 'not installed'}")
+    serving = report["serve"]
+    if serving["missing"]:
+        echo(f"serve       missing {', '.join(serving['missing'])}; for omni serve: {serving['fix']}")
+    else:
+        echo("serve       installed (omni serve can run)")
     s = report["settings"]
     flags = [n for n in ("strict", "safe_mode") if s[n]]
     echo(f"config      {s['config']}" + (f"  [{', '.join(flags)}]" if flags else ""))

@@ -46,7 +46,10 @@ def serve(
     queue_size: int = typer.Option(64, "--queue-size", help="Requests that may wait per model; beyond: 429."),
     max_batch: int = typer.Option(8, "--max-batch", help="Image requests run as one pipeline call, at most (1: off)."),
     batch_wait_ms: float = typer.Option(
-        5.0, "--batch-wait-ms", help="How long a batch waits for companions while requests are arriving."
+        5.0,
+        "--batch-wait-ms",
+        help="Least time a batch waits for companions while requests arrive together (up to a quarter of the last "
+        "run, at most 50 ms; a lone client never waits; 0: never wait).",
     ),
     request_timeout: float = typer.Option(
         600.0, "--request-timeout", help="Seconds before a request is cancelled (504)."
@@ -65,7 +68,9 @@ def serve(
     attention_backend: str | None = typer.Option(
         None, "--attention-backend", help="Attention backend of every image and video model."
     ),
-    offload: list[str] = typer.Option([], "--offload", help="Offload strategy of every image and video model."),
+    offload: list[str] = typer.Option(
+        [], "--offload", metavar="STRATEGY", help="Offload strategy of every image and video model."
+    ),
     dtype: str | None = typer.Option(None, "--dtype", help="Compute dtype of every image and video model."),
 ) -> None:
     """Serve models behind an OpenAI-compatible API (images, speech, video), with a playground at /."""
@@ -180,10 +185,13 @@ def _recipe_model(recipe_path: Path) -> Path | None:
 
 def _embedded_defaults() -> list[dict[str, Any]]:
     from omni_cli.commands import generate, speak
+    from omni_core.generation.recipe import Recipe
     from omni_core.plugins import get_plugins
 
     plugins = get_plugins()
+    # the embedded image model draws at the size `omni generate` uses for it unless asked otherwise
+    size = {"width": generate.DEFAULT_IMAGE_SIZE, "height": generate.DEFAULT_IMAGE_SIZE}
     return [
-        {"name": DEFAULT_IMAGE_NAME, "path": generate.embedded_default(plugins)},
+        {"name": DEFAULT_IMAGE_NAME, "path": generate.embedded_default(plugins), "recipe": Recipe(generation=size)},
         {"name": DEFAULT_VOICE_NAME, "path": speak.embedded_default(plugins)},
     ]
