@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from omni_testenv import FIXTURE_PLUGINS, Venv, clean_build_dirs, create_venv
+from serving import FAULTS_FIXTURE, ServerProcess, make_tiny, server_env, start_server
 
 pytest_plugins = ["omni_core.testing"]
 
@@ -74,3 +76,71 @@ def torch_findable(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for dist_info in package.parent.glob("torch-*.dist-info"):
         (shim / dist_info.name).symlink_to(dist_info, target_is_directory=True)
     return shim
+
+
+# -- omni serve: the checkpoints and servers its tests share (started on first use) ---------------
+
+
+@pytest.fixture(scope="session")
+def serve_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for every server of the session: the embedded defaults are made once."""
+    return tmp_path_factory.mktemp("serve-cache")
+
+
+@pytest.fixture(scope="session")
+def fault_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("serve-fixture-src") / FAULTS_FIXTURE.name
+    shutil.copytree(FAULTS_FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    site = tmp_path_factory.mktemp("serve-fixture-site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
+        check=True,
+        capture_output=True,
+    )
+    return site
+
+
+@pytest.fixture(scope="session")
+def fault_models(tmp_path_factory: pytest.TempPathFactory, fault_site: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("serve-fault-models")
+    return {
+        "image": make_tiny("fixture-serve-image", root / "image", root, (fault_site,)),
+        "voice": make_tiny("fixture-serve-voice", root / "voice", root, (fault_site,)),
+    }
+
+
+@pytest.fixture(scope="session")
+def video_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("serve-video")
+    return make_tiny("wan2.1-t2v", root / "wan", root)
+
+
+@pytest.fixture(scope="session")
+def default_server(tmp_path_factory: pytest.TempPathFactory, serve_cache: Path) -> Iterator[ServerProcess]:
+    """The embedded defaults (tiny-image, tiny-voice), as `omni serve` with no --model serves them."""
+    proc = start_server([], home=tmp_path_factory.mktemp("serve-home"), cache=serve_cache)
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture(scope="session")
+def fault_server(
+    tmp_path_factory: pytest.TempPathFactory, fault_site: Path, fault_models: dict[str, Path], video_model: Path
+) -> Iterator[ServerProcess]:
+    """The fault fixture's image model (faulty) and voice (faulty-voice), and a tiny video model,
+    with a short deadline, a short queue and no batching; ``chunk_log`` lists the chunks spoken."""
+    home = tmp_path_factory.mktemp("serve-faults-home")
+    chunk_log = home / "chunks.log"
+    env = server_env(home, sites=(fault_site,), OMNI_FIXTURE_SERVE_LOG=str(chunk_log))
+    args = [
+        "--model", f"faulty={fault_models['image']}",
+        "--model", f"faulty-voice={fault_models['voice']}",
+        "--model", f"tiny-video={video_model}",
+        "--request-timeout", "4",
+        "--queue-size", "3",
+        "--max-batch", "1",
+    ]  # fmt: skip
+    proc = start_server(args, home=home, env=env)
+    proc.chunk_log = chunk_log  # type: ignore[attr-defined]
+    yield proc
+    proc.kill()

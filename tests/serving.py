@@ -24,8 +24,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 OMNI = Path(sys.executable).parent / "omni"
+#: the fixture plugin of the fault tests: an image family and a voice that fail on cue
+FAULTS_FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-serve-faults"
 
 
 def free_port() -> int:
@@ -155,3 +158,53 @@ def start_server(
                 f"omni serve did not become ready (exit {code}):\n{server.stdout}\n{server.stderr[-4000:]}"
             )
     return server
+
+
+# -- what the server's tests share -----------------------------------------------------------------
+
+
+def make_tiny(family: str, directory: Path, home: Path, sites: Iterable[Path] = ()) -> Path:
+    """``omni models make-tiny FAMILY DIRECTORY``, as a user runs it."""
+    result = subprocess.run(
+        [str(OMNI), "models", "make-tiny", family, str(directory)],
+        env=server_env(home, sites=sites),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return directory
+
+
+def client(server: ServerProcess, key: str = "unused") -> Any:
+    """The official ``openai`` client, pointed at ``server``."""
+    import openai
+
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def pixels(b64: str) -> Any:
+    """The RGB pixels of a base64 PNG, as a numpy array."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+
+
+def assert_error(response: Any, status: int, *mentions: str, param: str | None = None) -> dict[str, Any]:
+    """``response`` is the server's error: ``status``, the one error shape, words naming the
+    cause (and the field), a request id, and never a stack trace."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, body
+    for mention in mentions:
+        assert mention in error["message"], error["message"]
+    if param is not None:
+        assert error["param"] == param, error
+    assert "Traceback" not in response.text and 'File "' not in response.text
+    assert response.headers["x-request-id"].startswith("req_")
+    return error

@@ -1,9 +1,8 @@
 """``omni serve`` as its users meet it: a real server process on a loopback port, driven by the
 official ``openai`` client and by plain HTTP (httpx), on tiny models omni makes locally.
 
-Fault cases use the ``omni-fixture-serve-faults`` plugin (pip-installed into a private site
-directory): an image family whose generation explodes or hangs on cue, and a streaming voice
-that logs every chunk it makes (so a test can see synthesis stop when the client hangs up).
+The servers and checkpoints shared with the fault battery (tests/test_faults_serve.py) are
+session fixtures of tests/conftest.py; the helpers are tests/serving.py's.
 """
 
 from __future__ import annotations
@@ -15,11 +14,8 @@ import json
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 import wave
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +26,16 @@ httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 np = pytest.importorskip("numpy")
 
-from serving import OMNI, ServerProcess, free_port, launch, server_env, start_server  # noqa: E402
+from serving import (  # noqa: E402
+    ServerProcess,
+    assert_error,
+    client,
+    launch,
+    make_tiny,
+    pixels,
+    server_env,
+    start_server,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,183 +44,37 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning"),
 ]
 
-FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-serve-faults"
-
-
-# -- shared checkpoints ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def serve_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for every server of the session: the embedded defaults are made once."""
-    return tmp_path_factory.mktemp("serve-cache")
-
-
-@pytest.fixture(scope="session")
-def fault_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("serve-fixture-src") / FIXTURE.name
-    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = tmp_path_factory.mktemp("serve-fixture-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
-        check=True,
-        capture_output=True,
-    )
-    return site
-
-
-def _make_tiny(family: str, directory: Path, home: Path, sites: tuple[Path, ...] = ()) -> Path:
-    result = subprocess.run(
-        [str(OMNI), "models", "make-tiny", family, str(directory)],
-        env=server_env(home, sites=sites),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    return directory
-
-
-@pytest.fixture(scope="session")
-def fault_models(tmp_path_factory: pytest.TempPathFactory, fault_site: Path) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("serve-fault-models")
-    return {
-        "image": _make_tiny("fixture-serve-image", root / "image", root, (fault_site,)),
-        "voice": _make_tiny("fixture-serve-voice", root / "voice", root, (fault_site,)),
-    }
-
-
-@pytest.fixture(scope="session")
-def video_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("serve-video")
-    return _make_tiny("wan2.1-t2v", root / "wan", root)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, serve_cache: Path) -> Iterator[ServerProcess]:
-    """The embedded defaults, as `omni serve` with no --model serves them."""
-    proc = start_server([], home=tmp_path_factory.mktemp("serve-home"), cache=serve_cache)
-    yield proc
-    proc.kill()
-
-
-@pytest.fixture(scope="module")
-def fault_server(
-    tmp_path_factory: pytest.TempPathFactory, fault_site: Path, fault_models: dict[str, Path], video_model: Path
-) -> Iterator[ServerProcess]:
-    home = tmp_path_factory.mktemp("serve-faults-home")
-    chunk_log = home / "chunks.log"
-    env = server_env(home, sites=(fault_site,), OMNI_FIXTURE_SERVE_LOG=str(chunk_log))
-    args = [
-        "--model", f"faulty={fault_models['image']}",
-        "--model", f"faulty-voice={fault_models['voice']}",
-        "--model", f"tiny-video={video_model}",
-        "--request-timeout", "4",
-        "--queue-size", "3",
-        "--max-batch", "1",
-    ]  # fmt: skip
-    proc = start_server(args, home=home, env=env)
-    proc.chunk_log = chunk_log  # type: ignore[attr-defined]
-    yield proc
-    proc.kill()
-
-
-def client(server: ServerProcess, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=120)
-
-
-def pixels(b64: str) -> np.ndarray:
-    from PIL import Image
-
-    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
-
-
-def assert_error(response: httpx.Response, status: int, *mentions: str, param: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}, body
-    for mention in mentions:
-        assert mention in error["message"], error["message"]
-    if param is not None:
-        assert error["param"] == param, error
-    assert "Traceback" not in response.text and 'File "' not in response.text
-    assert response.headers["x-request-id"].startswith("req_")
-    return error
-
 
 # -- the embedded defaults -------------------------------------------------------------------------
 
 
-def test_start_prints_url_and_ready_line_and_lists_the_defaults(server: ServerProcess) -> None:
-    assert f"listening on {server.url}" in server.stdout
-    assert "ready" in server.stdout and "tiny-image, tiny-voice" in server.stdout
-    health = httpx.get(server.url + "/health")
+def test_start_prints_url_and_ready_line_and_lists_the_defaults(default_server: ServerProcess) -> None:
+    assert f"listening on {default_server.url}" in default_server.stdout
+    assert "ready" in default_server.stdout and "tiny-image, tiny-voice" in default_server.stdout
+    health = httpx.get(default_server.url + "/health")
     assert health.status_code == 200 and health.json()["status"] == "ready"
-    models = {m.id: m for m in client(server).models.list().data}
+    models = {m.id: m for m in client(default_server).models.list().data}
     assert set(models) == {"tiny-image", "tiny-voice"}
     assert models["tiny-image"].model_extra["task"] == "text-to-image"
     assert models["tiny-voice"].model_extra["endpoints"] == ["/v1/audio/speech"]
 
 
-def test_images_with_the_official_client_are_pngs_of_the_size_and_seed_asked(server: ServerProcess) -> None:
-    answer = client(server).images.generate(
+def test_images_with_the_official_client_are_pngs_of_the_size_and_seed_asked(default_server: ServerProcess) -> None:
+    answer = client(default_server).images.generate(
         model="tiny-image", prompt="a red fox", size="64x32", n=2, extra_body={"seed": 7, "num_inference_steps": 2}
     )
     assert len(answer.data) == 2
     first = pixels(answer.data[0].b64_json)
     assert first.shape == (32, 64, 3)
     assert answer.data[0].model_extra["seed"] == 7
-    again = client(server).images.generate(
+    again = client(default_server).images.generate(
         model="tiny-image", prompt="a red fox", size="64x32", n=2, extra_body={"seed": 7, "num_inference_steps": 2}
     )
     assert np.array_equal(first, pixels(again.data[0].b64_json)), "the same seed must give the same pixels"
-    other = client(server).images.generate(
+    other = client(default_server).images.generate(
         prompt="a red fox", size="64x32", extra_body={"seed": 8, "num_inference_steps": 2}
     )  # the only image model may be left unnamed
     assert not np.array_equal(first, pixels(other.data[0].b64_json))
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "mention", "param"),
-    [
-        ({"prompt": "x", "size": "65x64"}, 400, "multiple of 16", "size"),
-        ({"prompt": "x", "size": "big"}, 400, "size", "size"),
-        ({"prompt": "   "}, 400, "blank", "prompt"),
-        ({}, 400, "prompt: Field required", "prompt"),
-        ({"prompt": "x", "quality": "hd"}, 400, "unknown field 'quality' (accepted: model, n, size", "quality"),
-        ({"prompt": "x", "n": 5}, 400, "--max-images", "n"),
-        ({"prompt": "x", "seed": -1}, 400, "seed", "seed"),
-        ({"prompt": "x", "size": "2048x2048"}, 400, "--max-pixels", "size"),
-        ({"prompt": "x", "num_inference_steps": 1000}, 400, "--max-steps", "num_inference_steps"),
-        ({"prompt": "x", "extra": {"nope": 1}}, 400, "unknown model option", None),
-        ({"prompt": "x", "response_format": "url"}, 400, "b64_json", "response_format"),
-        ({"prompt": "x", "model": "nope"}, 404, "'nope' is not served", "model"),
-        ({"prompt": "x", "model": "tiny-voice"}, 404, "not a image model", "model"),
-    ],
-)
-def test_bad_image_requests_are_4xx_naming_the_field(
-    server: ServerProcess, body: dict, status: int, mention: str, param: str | None
-) -> None:
-    response = httpx.post(server.url + "/v1/images/generations", json=body, timeout=60)
-    assert_error(response, status, mention, param=param)
-
-
-def test_malformed_bodies_are_400_never_422(server: ServerProcess) -> None:
-    url = server.url + "/v1/images/generations"
-    for content in (b"{", b"[1, 2]", b"null", b"\xff\xfe"):
-        response = httpx.post(url, content=content, headers={"content-type": "application/json"})
-        assert_error(response, 400)
-    assert_error(httpx.post(url, json={"prompt": 5}), 400, "prompt", param="prompt")
-    assert_error(httpx.get(server.url + "/v1/nothing-here"), 404, "no route")
-    assert_error(httpx.delete(server.url + "/v1/models"), 405)
-
-
-def test_oversized_body_and_text_are_413(server: ServerProcess) -> None:
-    huge = {"prompt": "x" * (17 * 1024 * 1024)}
-    assert_error(httpx.post(server.url + "/v1/images/generations", json=huge, timeout=60), 413, "--max-body-mb")
-    long_text = {"model": "tiny-voice", "input": "word " * 1000, "voice": "default"}
-    assert_error(httpx.post(server.url + "/v1/audio/speech", json=long_text), 413, "--max-input-chars", param="input")
 
 
 def _wav(data: bytes) -> tuple[int, np.ndarray]:
@@ -223,10 +82,10 @@ def _wav(data: bytes) -> tuple[int, np.ndarray]:
         return w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
 
 
-def test_speech_in_every_format_with_the_official_client(server: ServerProcess) -> None:
+def test_speech_in_every_format_with_the_official_client(default_server: ServerProcess) -> None:
     import soundfile
 
-    c = client(server)
+    c = client(default_server)
     wav = c.audio.speech.create(model="tiny-voice", input="Hello there.", voice="default", extra_body={"seed": 1})
     rate, samples = _wav(wav.content)
     assert rate > 0 and samples.size > 0
@@ -244,22 +103,8 @@ def test_speech_in_every_format_with_the_official_client(server: ServerProcess) 
         assert decoded_rate == rate and abs(len(decoded) - samples.size) < rate // 10, fmt
 
 
-def test_speech_voice_rules(server: ServerProcess) -> None:
-    url = server.url + "/v1/audio/speech"
-    assert_error(
-        httpx.post(url, json={"model": "tiny-voice", "input": "Hi", "voice": "alloy"}), 400, '"default"', param="voice"
-    )
-    assert_error(
-        httpx.post(url, json={"model": "tiny-voice", "input": "Hi", "response_format": "opus"}),
-        400,
-        "response_format",
-        param="response_format",
-    )
-    assert_error(httpx.post(url, json={"model": "tiny-voice", "input": "  "}), 400, "empty")
-
-
-def test_streamed_speech_concatenates_to_the_whole_clip(server: ServerProcess) -> None:
-    url = server.url + "/v1/audio/speech"
+def test_streamed_speech_concatenates_to_the_whole_clip(default_server: ServerProcess) -> None:
+    url = default_server.url + "/v1/audio/speech"
     text = "First sentence here. And a second one follows it."
     whole = httpx.post(url, json={"model": "tiny-voice", "input": text, "seed": 4, "response_format": "pcm"})
     assert whole.status_code == 200
@@ -289,8 +134,8 @@ def test_streamed_speech_concatenates_to_the_whole_clip(server: ServerProcess) -
     assert body[:4] == b"RIFF" and body[44:] == whole.content
 
 
-def test_openapi_schema_has_no_422_and_the_shared_request_fields(server: ServerProcess) -> None:
-    schema = httpx.get(server.url + "/openapi.json").json()
+def test_openapi_schema_has_no_422_and_the_shared_request_fields(default_server: ServerProcess) -> None:
+    schema = httpx.get(default_server.url + "/openapi.json").json()
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             assert "422" not in operation["responses"], (method, path)
@@ -300,123 +145,29 @@ def test_openapi_schema_has_no_422_and_the_shared_request_fields(server: ServerP
     assert "multipart/form-data" in schema["paths"]["/v1/videos"]["post"]["requestBody"]["content"]
 
 
-def test_metrics_count_requests_by_endpoint_and_never_by_request_id(server: ServerProcess) -> None:
-    httpx.post(server.url + "/v1/images/generations", json={"prompt": "x", "size": "3x3"})
-    text = httpx.get(server.url + "/metrics").text
+def test_metrics_count_requests_by_endpoint_and_never_by_request_id(default_server: ServerProcess) -> None:
+    httpx.post(default_server.url + "/v1/images/generations", json={"prompt": "x", "size": "3x3"})
+    text = httpx.get(default_server.url + "/metrics").text
     assert 'omni_requests_total{endpoint="/v1/images/generations",model="tiny-image",status="400"}' in text
     assert "omni_request_seconds_bucket" in text and 'omni_queue_depth{model="tiny-image"}' in text
     assert "omni_batch_size_bucket" in text
     assert "req_" not in text
 
 
-def test_one_log_line_per_request(server: ServerProcess) -> None:
+def test_one_log_line_per_request(default_server: ServerProcess) -> None:
     response = httpx.post(
-        server.url + "/v1/images/generations", json={"prompt": "log me", "size": "32x32", "num_inference_steps": 1}
+        default_server.url + "/v1/images/generations",
+        json={"prompt": "log me", "size": "32x32", "num_inference_steps": 1},
     )
     request_id = response.headers["x-request-id"]
     time.sleep(0.2)
-    lines = [e for e in server.access_log() if e.get("id") == request_id]
+    lines = [e for e in default_server.access_log() if e.get("id") == request_id]
     assert len(lines) == 1, lines
     line = lines[0]
     assert line["model"] == "tiny-image" and line["status"] == 200
     assert line["endpoint"] == "/v1/images/generations"
     assert line["run_ms"] > 0 and "queue_ms" in line
-    assert "log me" not in server.stderr, "user text stays out of the log"
-
-
-# -- faults ----------------------------------------------------------------------------------------
-
-
-def test_a_generation_that_raises_is_a_500_with_the_request_id_and_the_server_goes_on(
-    fault_server: ServerProcess,
-) -> None:
-    url = fault_server.url + "/v1/images/generations"
-    failed = httpx.post(url, json={"model": "faulty", "prompt": "please explode", "seed": 1})
-    error = assert_error(failed, 500, failed.headers["x-request-id"])
-    assert "exploded" not in error["message"], "the cause stays in the server log"
-    assert "exploded" in fault_server.stderr
-    assert "Traceback" not in fault_server.stderr, "tracebacks only with OMNI_DEBUG=1"
-    after = httpx.post(url, json={"model": "faulty", "prompt": "a calm cat", "seed": 1})
-    assert after.status_code == 200
-    assert httpx.get(fault_server.url + "/health").status_code == 200
-
-
-def test_a_hanging_generation_is_cancelled_at_the_deadline(fault_server: ServerProcess) -> None:
-    url = fault_server.url + "/v1/images/generations"
-    started = time.monotonic()
-    hung = httpx.post(url, json={"model": "faulty", "prompt": "hang", "seed": 1}, timeout=60)
-    assert_error(hung, 504, "--request-timeout")
-    assert time.monotonic() - started < 30
-    # the hung job saw its cancellation at its next step, so the model is free again
-    after = httpx.post(url, json={"model": "faulty", "prompt": "fine", "seed": 2}, timeout=60)
-    assert after.status_code == 200, after.text
-
-
-def test_a_full_queue_answers_429_with_retry_after(fault_server: ServerProcess) -> None:
-    async def burst() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60) as http:
-            body = {"model": "faulty", "prompt": "slow", "extra": {"step_seconds": 0.2}, "num_inference_steps": 4}
-            return await asyncio.gather(
-                *(http.post(fault_server.url + "/v1/images/generations", json={**body, "seed": i}) for i in range(8))
-            )
-
-    answers = asyncio.run(burst())
-    codes = sorted(a.status_code for a in answers)
-    assert 429 in codes and 200 in codes, codes
-    assert set(codes) <= {200, 429}
-    for refused in (a for a in answers if a.status_code == 429):
-        assert int(refused.headers["retry-after"]) >= 1
-        assert_error(refused, 429, "--queue-size")
-
-
-def test_a_client_hanging_up_mid_stream_stops_synthesis(fault_server: ServerProcess) -> None:
-    log = fault_server.chunk_log  # type: ignore[attr-defined]
-    log.write_text("")
-    with httpx.stream(
-        "POST",
-        fault_server.url + "/v1/audio/speech",
-        json={
-            "model": "faulty-voice",
-            "input": "count slowly",
-            "voice": "alto",
-            "stream": True,
-            "response_format": "pcm",
-        },
-        timeout=60,
-    ) as response:
-        assert response.status_code == 200
-        next(response.iter_bytes())  # one chunk, then hang up
-    time.sleep(2.5)  # ten chunks would take 2 s more
-    made = log.read_text().splitlines()
-    assert 1 <= len(made) < 10, made
-    # and the model serves the next request
-    ok = httpx.post(
-        fault_server.url + "/v1/audio/speech", json={"model": "faulty-voice", "input": "again", "voice": "bass"}
-    )
-    assert ok.status_code == 200
-
-
-def test_a_client_hanging_up_while_queued_frees_its_place(fault_server: ServerProcess) -> None:
-    url = fault_server.url + "/v1/images/generations"
-    slow = {"model": "faulty", "prompt": "slow", "extra": {"step_seconds": 0.5}, "num_inference_steps": 4}
-
-    async def scenario() -> tuple[int, int]:
-        async with httpx.AsyncClient(timeout=60) as http:
-            first = asyncio.ensure_future(http.post(url, json={**slow, "seed": 1}))
-            await asyncio.sleep(0.3)
-            queued = asyncio.ensure_future(http.post(url, json={**slow, "seed": 2, "prompt": "queued then gone"}))
-            await asyncio.sleep(0.3)
-            queued.cancel()  # hangs up while waiting behind the first
-            done = await first
-            again = await http.post(url, json={"model": "faulty", "prompt": "next", "seed": 3})
-            return done.status_code, again.status_code
-
-    assert asyncio.run(scenario()) == (200, 200)
-    time.sleep(0.3)
-    entries = fault_server.access_log()
-    gone = [e for e in entries if e.get("status") == 499]
-    assert gone, "the hang-up is logged as 499"
-    assert all(e["run_ms"] == 0 for e in gone), "the abandoned request never ran"
+    assert "log me" not in default_server.stderr, "user text stays out of the log"
 
 
 def test_videos_are_jobs_with_the_official_client(fault_server: ServerProcess) -> None:
@@ -437,20 +188,6 @@ def test_videos_are_jobs_with_the_official_client(fault_server: ServerProcess) -
     assert c.videos.delete(job.id).deleted
     with pytest.raises(openai.NotFoundError):
         c.videos.retrieve(job.id)
-
-
-def test_video_json_body_and_bad_video_requests(fault_server: ServerProcess) -> None:
-    url = fault_server.url + "/v1/videos"
-    created = httpx.post(
-        url, json={"model": "tiny-video", "prompt": "x", "size": "64x64", "seconds": 0.2, "num_inference_steps": 1}
-    )
-    assert created.status_code == 200, created.text
-    assert created.json()["seconds"] in ("0.3125", "0.3", "0.5625") or float(created.json()["seconds"]) > 0
-    assert_error(httpx.post(url, json={"model": "tiny-video", "prompt": "x", "num_frames": 6}), 400, "num_frames")
-    assert_error(httpx.post(url, json={"model": "faulty", "prompt": "x"}), 404, "not a video model")
-    assert_error(httpx.post(url, data={"model": "tiny-video", "prompt": "x", "extra": "{bad"}), 400, "extra")
-    assert_error(httpx.get(url + "/video_nope"), 404, "no video job")
-    assert_error(httpx.get(url + "/video_nope/content"), 404)
 
 
 def test_deleting_a_running_video_job_cancels_it(fault_server: ServerProcess) -> None:
@@ -489,57 +226,6 @@ def test_health_answers_while_a_long_generation_runs(fault_server: ServerProcess
     assert len(waits) > 10
     # not a speed figure (benchmarks/serve.py measures it): health is never stuck behind the 2 s generation
     assert max(waits) < 1.0, max(waits)
-
-
-# -- auth, start-up, shutdown ------------------------------------------------------------------------
-
-
-def test_api_key_is_required_when_set(tmp_path: Path, serve_cache: Path) -> None:
-    server = start_server(["--api-key", "s3cret"], home=tmp_path, cache=serve_cache)
-    try:
-        url = server.url + "/v1/models"
-        assert_error(httpx.get(url), 401, "no API key was sent")
-        wrong = httpx.get(url, headers={"Authorization": "Bearer nope"})
-        assert_error(wrong, 401, "wrong")
-        assert wrong.headers["www-authenticate"] == "Bearer"
-        assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
-        assert httpx.get(server.url + "/health").status_code == 200, "probes need no key"
-        with pytest.raises(openai.AuthenticationError):
-            client(server, "nope").models.list()
-        assert [m.id for m in client(server, "s3cret").models.list().data] == ["tiny-image", "tiny-voice"]
-    finally:
-        server.kill()
-
-
-def test_a_taken_port_is_a_clear_error(tmp_path: Path, serve_cache: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        result = subprocess.run(
-            [str(OMNI), "serve", "--port", str(port)],
-            env=server_env(tmp_path, serve_cache),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 1
-    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr and "--port" in result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-
-
-def test_a_model_directory_nothing_serves_fails_before_listening(tmp_path: Path) -> None:
-    (tmp_path / "empty").mkdir()
-    result = subprocess.run(
-        [str(OMNI), "serve", "--port", str(free_port()), "--model", f"x={tmp_path / 'empty'}"],
-        env=server_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 1
-    assert "model 'x'" in result.stderr and "listening" not in result.stdout
-    assert "Traceback" not in result.stderr
 
 
 def test_sigterm_drains_in_flight_work_then_exits_0(
@@ -671,32 +357,6 @@ def test_health_is_503_while_loading_then_200(tmp_path: Path, fault_site: Path, 
         server.kill()
 
 
-def test_an_engine_fault_takes_that_model_out_of_service_and_health_says_so(
-    tmp_path: Path, fault_site: Path, fault_models: dict[str, Path]
-) -> None:
-    args = ["--model", f"breaks={fault_models['image']}", "--model", f"voice={fault_models['voice']}"]
-    server = start_server(args, home=tmp_path, env=server_env(tmp_path, sites=(fault_site,)))
-    try:
-        url = server.url
-        broke = httpx.post(
-            url + "/v1/images/generations", json={"model": "breaks", "prompt": "x", "extra": {"behaviour": "break"}}
-        )
-        assert_error(broke, 503, "device is lost")
-        health = httpx.get(url + "/health")
-        assert health.status_code == 503
-        assert health.json()["status"] == "failed" and health.json()["models"] == {"breaks": "failed", "voice": "ready"}
-        assert "breaks" in health.json()["detail"]
-        assert_error(
-            httpx.post(url + "/v1/images/generations", json={"model": "breaks", "prompt": "x"}), 503, "out of service"
-        )
-        spoken = httpx.post(url + "/v1/audio/speech", json={"model": "voice", "input": "still here"})
-        assert spoken.status_code == 200, "the other model keeps serving"
-        cards = {m["id"]: m["status"] for m in httpx.get(url + "/v1/models").json()["data"]}
-        assert cards == {"breaks": "failed", "voice": "ready"}
-    finally:
-        server.kill()
-
-
 def test_ctrl_c_drains_and_exits_130(tmp_path: Path, serve_cache: Path) -> None:
     server = start_server([], home=tmp_path, cache=serve_cache)
     assert server.stop(signal.SIGINT) == 130
@@ -705,7 +365,7 @@ def test_ctrl_c_drains_and_exits_130(tmp_path: Path, serve_cache: Path) -> None:
 
 
 def test_usage_headers_on_speech_from_an_autoregressive_model(tmp_path: Path) -> None:
-    model = _make_tiny("speecht5", tmp_path / "t5", tmp_path)
+    model = make_tiny("speecht5", tmp_path / "t5", tmp_path)
     server = start_server(["--model", f"t5={model}"], home=tmp_path / "home")
     try:
         spoken = httpx.post(server.url + "/v1/audio/speech", json={"model": "t5", "input": "Hello there.", "seed": 0})

@@ -168,8 +168,9 @@ class ModelTable:
                     name=name,
                 )
             if route not in found.endpoints:
+                article = "an" if noun[0] in "aeiou" else "a"
                 raise UnknownExtensionError(
-                    f"model {name!r} is a {found.task} model, not a {noun} model; use {found.endpoints[0]}",
+                    f"model {name!r} is a {found.task} model, not {article} {noun} model; use {found.endpoints[0]}",
                     field="model",
                     name=name,
                 )
