@@ -332,11 +332,14 @@ class Omni:
         apply as in :meth:`generate`, and the engine validates the request (raising
         ``GenerationOptionError`` before any compute). None: the request never batches (the
         engine cannot batch, or not this request)."""
-        from omni_core.generation.model import BatchingEngine
+        from omni_core.generation.model import BatchingEngine, validate_request
 
         engine = self.generation
         parsed = self._generation_request(request, {})
         if not isinstance(engine, BatchingEngine):
+            # no key, but the same rules: a caller checks requests here before queueing them
+            if self.identity.resolution is not None:
+                validate_request(self.identity.resolution.entry.load(), self.model_dir, parsed)
             return None
         return engine.batch_key(parsed)
 

@@ -463,10 +463,7 @@ def _check_generation(model: Model, fields: dict[str, Any]) -> Any:
     """Every rule of the model on ``fields`` (recipe defaults applied), before queueing; the
     batch key when the request may share a pipeline call."""
     assert model.omni is not None
-    batch_key = getattr(model.omni, "batch_key", None)
-    if batch_key is not None:
-        return batch_key(fields)
-    return None
+    return model.omni.batch_key(fields)
 
 
 # -- the app --------------------------------------------------------------------------------------

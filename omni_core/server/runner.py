@@ -166,7 +166,7 @@ def serve(config: ServerConfig, echo: Callable[[str], None] = print) -> int:
     def load() -> None:
         started = time.perf_counter()
         for model in table.models.values():
-            echo(f"omni serve: loading {model.name} ({model.identity.describe()})")
+            echo(f"omni serve: loading {model.name}: {model.identity.describe()}")
             try:
                 table.load(model, state.make_worker)
             except OmniError as exc:
