@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CATEGORIES = (ValueError, LookupError, OSError, ImportError, RuntimeError)
 EXIT_CODES = {1, 3}  # 0, 2 and 130 are success, click's usage errors and Ctrl-C: never an error class's
 HTTP_STATUSES = {400, 401, 404, 409, 413, 429, 499, 500, 503, 504}
+#: what the core's extras bring (``omni-core[serve]``); without them their modules cannot import
+OPTIONAL_IMPORTS = {"fastapi", "starlette", "uvicorn", "prometheus_client", "python_multipart"}
 CONTEXT = {"kind": "attention_backend", "name": "FLASH_ATTN", "plugin": "cuda", "field": "default.backend"}
 
 
@@ -30,7 +32,13 @@ def _all_core_error_classes() -> list[type[OmniError]]:
     """Every OmniError subclass, after importing every omni_core module (so a class defined
     anywhere in the core is found, wherever it lives)."""
     for info in pkgutil.walk_packages(omni_core.__path__, "omni_core."):
-        importlib.import_module(info.name)
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:
+            # a module of an extra this environment lacks (the server without fastapi): the
+            # source scan below still reads it, and errors.py holds every class anyway
+            if (exc.name or "").split(".")[0] not in OPTIONAL_IMPORTS:
+                raise
     found: set[type[OmniError]] = set()
     todo: list[type[OmniError]] = [OmniError]
     while todo:
