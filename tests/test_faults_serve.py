@@ -176,6 +176,26 @@ def test_a_client_hanging_up_mid_stream_stops_synthesis(fault_server: ServerProc
     assert ok.status_code == 200
 
 
+def test_a_stream_whose_client_hangs_up_while_queued_never_runs(fault_server: ServerProcess) -> None:
+    log = fault_server.chunk_log  # type: ignore[attr-defined]
+    url = fault_server.url + "/v1/audio/speech"
+    body = {"model": "faulty-voice", "input": "count slowly", "voice": "alto", "stream": True, "response_format": "pcm"}
+
+    async def scenario() -> int:
+        async with httpx.AsyncClient(timeout=60) as http:
+            first = asyncio.ensure_future(http.post(url, json=body))
+            await asyncio.sleep(0.3)
+            queued = asyncio.ensure_future(http.post(url, json=body))
+            await asyncio.sleep(0.3)
+            queued.cancel()  # hangs up before its stream started
+            return (await first).status_code
+
+    log.write_text("")
+    assert asyncio.run(scenario()) == 200
+    time.sleep(1.0)
+    assert len(log.read_text().splitlines()) == 10, "only the first stream made its ten chunks"
+
+
 def test_a_client_hanging_up_while_queued_frees_its_place(fault_server: ServerProcess) -> None:
     url = fault_server.url + "/v1/images/generations"
     slow = {"model": "faulty", "prompt": "slow", "extra": {"step_seconds": 0.5}, "num_inference_steps": 4}

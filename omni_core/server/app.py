@@ -794,20 +794,34 @@ async def _stream_speech(
     _note(request, model=model.name)
     deadline = time.monotonic() + state.config.request_timeout_s
 
-    async def next_chunk() -> Any:
+    async def next_chunk(watch_hangup: bool = False) -> Any:
         getter = asyncio.ensure_future(chunks.get())
+        # before the answer starts, a hang-up is ours to see (then the response watches for it)
+        watcher = asyncio.ensure_future(_disconnected(request)) if watch_hangup else None
+        waiting: set[asyncio.Future[Any]] = {getter, job.future, *([watcher] if watcher else [])}
         remaining = max(0.0, deadline - time.monotonic())
-        finished, _ = await asyncio.wait({getter, job.future}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            finished, _ = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         if getter in finished:
             return getter.result()
         getter.cancel()
+        if watcher is not None and watcher in finished:
+            job.token.cancel("the client disconnected")
+            raise ClientDisconnected("the client disconnected before the stream started")
         if job.future in finished:
-            if job.future.exception() is not None:
-                raise job.future.exception()  # type: ignore[misc]
+            error = job.future.exception()
+            if error is not None and not isinstance(error, OmniError):
+                raise ModelRuntimeError(f"model {model.name!r} failed: {type(error).__name__}: {error}") from error
+            if error is not None:
+                raise error
             return chunks.get_nowait() if not chunks.empty() else done
+        job.token.cancel("the stream ran past the server's deadline (--request-timeout)")
         raise RequestCancelled("the stream ran past the server's deadline (--request-timeout)")
 
-    first = await next_chunk()  # errors before the first byte are proper HTTP errors
+    first = await next_chunk(watch_hangup=True)  # errors before the first byte are proper HTTP errors
 
     async def body() -> AsyncIterator[bytes]:
         chunk = first
