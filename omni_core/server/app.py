@@ -406,7 +406,7 @@ async def run_on_model(
         error = job.future.exception()
         if error is not None and not isinstance(error, OmniError):
             # a plugin's own failure: this request fails (500), named; the cause goes to the log
-            raise ModelRuntimeError(f"model {model.name!r} failed: {type(error).__name__}: {error}") from error
+            raise _model_failure(model, error) from error
         return job.future.result()
     if watcher in done:
         job.token.cancel("the client disconnected")
@@ -415,16 +415,17 @@ async def run_on_model(
     raise RequestCancelled(f"the request ran past the server's deadline of {timeout:g} s (--request-timeout)")
 
 
+def _model_failure(model: Model, error: BaseException) -> ModelRuntimeError:
+    """A plugin's own (non-omni) exception as this request's failure (500), the model named."""
+    return ModelRuntimeError(f"model {model.name!r} failed: {type(error).__name__}: {error}")
+
+
 def _limits(state: ServerState, model: Model, fields: dict[str, Any], what: str) -> None:
     """The server's own limits (beyond the model's), on the values the model will use."""
     config = state.config
-    defaults = dict(model.identity.recipe.generation) if model.identity.recipe is not None else {}
-    profile = model.profile
-    width = fields.get("width", defaults.get("width", profile.default_width if profile else 0))
-    height = fields.get("height", defaults.get("height", profile.default_height if profile else 0))
-    steps = fields.get(
-        "num_inference_steps", defaults.get("num_inference_steps", profile.default_steps if profile else 0)
-    )
+    width = model.effective(fields, "width") or 0
+    height = model.effective(fields, "height") or 0
+    steps = model.effective(fields, "num_inference_steps") or 0
     problems: list[tuple[str, str]] = []
     if width * height > config.max_pixels:
         problems.append(
@@ -706,13 +707,11 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         _video_frames(model, fields, body.seconds)  # type: ignore[attr-defined]
         _limits(state, model, fields, "frame")
         _check_generation(model, fields)
-        profile = model.profile
-        width = fields.get("width", profile.default_width if profile else 0)
-        height = fields.get("height", profile.default_height if profile else 0)
-        fps = fields.get("fps", profile.default_fps if profile else None) or 1
-        frames = fields.get("num_frames", profile.default_frames if profile else None) or 1
+        width, height = model.effective(fields, "width"), model.effective(fields, "height")
+        fps = model.effective(fields, "fps") or 1
+        frames = model.effective(fields, "num_frames") or 1
         record = state.jobs.new(model.name, fields["prompt"], f"{width}x{height}", f"{frames / fps:g}")
-        record.steps = fields.get("num_inference_steps", profile.default_steps if profile else 0)
+        record.steps = model.effective(fields, "num_inference_steps") or 0
         _start_video(state, model, record, fields)
         return record.view(config.job_ttl_s)
 
@@ -814,7 +813,7 @@ async def _stream_speech(
         if job.future in finished:
             error = job.future.exception()
             if error is not None and not isinstance(error, OmniError):
-                raise ModelRuntimeError(f"model {model.name!r} failed: {type(error).__name__}: {error}") from error
+                raise _model_failure(model, error) from error
             if error is not None:
                 raise error
             return chunks.get_nowait() if not chunks.empty() else done
@@ -905,7 +904,7 @@ def _video_frames(model: Model, fields: dict[str, Any], seconds: float | None) -
     profile = model.profile
     if seconds is None or "num_frames" in fields or profile is None:
         return
-    fps = fields.get("fps", profile.default_fps) or 1
+    fps = model.effective(fields, "fps") or 1
     wanted = max(1, math.ceil(seconds * fps))
     step, offset = profile.frames_step, profile.frames_offset
     k = max(0, math.ceil((wanted - offset) / step))

@@ -39,6 +39,16 @@ ROUTE_NOUNS = {
 }
 
 
+#: request field -> the profile attribute holding the model's default for it
+_PROFILE_DEFAULTS = {
+    "width": "default_width",
+    "height": "default_height",
+    "num_inference_steps": "default_steps",
+    "num_frames": "default_frames",
+    "fps": "default_fps",
+}
+
+
 @dataclass
 class Model:
     """One served model: what it is (known before loading) and, once loaded, its engine."""
@@ -73,6 +83,17 @@ class Model:
     @property
     def voices(self) -> list[str]:
         return list(self.capabilities.voices) if self.capabilities is not None else []
+
+    def effective(self, fields: dict[str, Any], name: str) -> Any:
+        """The value a generation will use for ``name``: the request's, else the recipe's, else
+        the model's default (None where the model has none, as a video setting of an image model)."""
+        if name in fields:
+            return fields[name]
+        recipe = self.identity.recipe
+        if recipe is not None and name in recipe.generation:
+            return recipe.generation[name]
+        attribute = _PROFILE_DEFAULTS.get(name)
+        return getattr(self.profile, attribute) if self.profile is not None and attribute else None
 
     def state(self) -> str:
         if self.worker is not None and self.worker.fault is not None:
