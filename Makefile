@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SETUP_INPUTS := pyproject.toml cli/pyproject.toml plugin_template/pyproject.toml \
                 $(wildcard omni_plugins/*/pyproject.toml) requirements-dev.txt scripts/bootstrap.sh
 
-.PHONY: setup demo test lint types pytest tox-core bench bench-serve clean
+.PHONY: setup demo test lint types pytest tox-core bench bench-serve bench-pipeline clean
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,10 @@ bench: setup
 # omni serve on the embedded defaults: overhead per request, batching throughput, /health under load
 bench-serve: setup
 	$(BIN)/python benchmarks/serve.py
+
+# the pipeline runtime: connector throughput against memcpy, orchestrator overhead per hop, streaming edges
+bench-pipeline: setup
+	$(BIN)/python benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) .tox .bench

@@ -6,6 +6,12 @@ changes. Plugins declare the API range they support, never a core package versio
 
 What changed, by plugin API version (docs/authoring/index.md, "Plugin API versions", says the same):
 
+* **1.2** - multi-stage pipelines: a connector is a :class:`omni_core.pipeline.connector.Connector`
+  subclass built as ``cls(extra, context)`` (1.1 named a constructor taking ``extra``), and a new
+  kind, ``executor`` (``omni_register_executors``, ``[[executor]]`` in the manifest), places
+  stages beyond the core's own processes and threads. A plugin that declares executors, or
+  whose connector follows the new contract, declares ``omni_api = ">=1.2,<2"``. Nothing else
+  changed: 1.1 and 1.0 plugins of the other kinds keep working unchanged.
 * **1.1** - a plugin whose registrations are static declares them once, in
   ``omni_plugin.toml``; its hook module is ``from omni_core.declared import *`` (hooks that
   register exactly what the manifest declares, via ``Registrar.register_declared()``). Such a
@@ -23,4 +29,4 @@ __version__ = "0.1.0"
 
 #: The version of the plugin contract. Minor bumps add hooks or optional fields (old plugins
 #: keep working); a major bump breaks compatibility.
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"

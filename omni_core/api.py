@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from omni_core.generation.recipe import Recipe
     from omni_core.generation.request import GenerationRequest
     from omni_core.generation.resolve import ModelResolution
+    from omni_core.pipeline.orchestrator import Pipeline, PipelineResult, RequestStream
     from omni_core.plugins import PluginSet
     from omni_core.selection import Explanation
     from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 
 #: options :class:`Omni` passes on to the engine of a speech model
 _SPEECH_OPTIONS = frozenset({"plugins", "platform", "model_stage"})
+#: options :class:`Omni` passes on to a multi-stage model's pipeline
+_PIPELINE_OPTIONS = frozenset({"plugins", "model_class_name", "recipe", "stages"})
 #: options :class:`Omni` passes on to the engine of an image or video model
 _GENERATION_OPTIONS = frozenset(
     {
@@ -68,7 +71,8 @@ class ServedModel:
     :func:`identify_model`'s answer."""
 
     model_dir: Path
-    #: "speech" (a TTS adapter serves it) or "generation" (an image or video family does)
+    #: "speech" (a TTS adapter serves it), "generation" (an image or video family does) or
+    #: "pipeline" (a multi-stage model: its family declares a topology)
     modality: str
     #: the TTS adapter's or the family's registered name
     name: str
@@ -83,6 +87,8 @@ class ServedModel:
         """``a text-to-image model (family flux1-schnell)`` / ``a speech model (TTS adapter vits)``."""
         if self.modality == "speech":
             return f"a speech model (TTS adapter {self.name!r})"
+        if self.modality == "pipeline":
+            return f"a multi-stage {self.task} model (family {self.name!r})"
         return f"{_article(self.task)} {self.task} model (family {self.name!r})"
 
 
@@ -132,8 +138,12 @@ def identify_model(
 
     def generation() -> ServedModel:
         resolution = resolve_model(plugins, model_dir, model_class_name=model_class_name, recipe_pin=pin)
-        task = resolution.entry.load().profile_for(model_dir).task
+        family = resolution.entry.load()
         provider = str(resolution.entry.provider)
+        if callable(getattr(family, "topology_for", None)):  # a multi-stage model
+            task = resolution.entry.spec.tasks[0] if resolution.entry.spec.tasks else "pipeline"
+            return ServedModel(model_dir, "pipeline", resolution.family, provider, task, resolution, recipe)
+        task = family.profile_for(model_dir).task
         return ServedModel(model_dir, "generation", resolution.family, provider, task, resolution, recipe)
 
     if adapter is None and (model_class_name or pin or class_name):
@@ -226,6 +236,7 @@ class Omni:
         kwargs["plugins"] = plugins
         self._speech: SpeechEngine | None = None
         self._generation: GenerationEngine | None = None
+        self._pipeline: Pipeline | None = None
         self._recipe_defaults: dict[str, Any] = {}
         self._closed = False
         #: what the model does: "speech", "text-to-image", "text-to-video" or "image-to-video"
@@ -240,6 +251,8 @@ class Omni:
         )
         if self.identity.modality == "speech":
             self._open_speech(adapter, kwargs)
+        elif self.identity.modality == "pipeline":
+            self._open_pipeline(kwargs)
         else:
             self._open_generation(kwargs)
         self.kind = self.identity.task
@@ -265,6 +278,59 @@ class Omni:
         recipe = self.identity.recipe
         self._generation = _open_family(self.identity.resolution, self.model_dir, kwargs["plugins"], recipe, kwargs)
         self._recipe_defaults = dict(recipe.generation) if recipe else {}
+
+    def _open_pipeline(self, kwargs: dict[str, Any]) -> None:
+        from omni_core.pipeline.orchestrator import Pipeline
+        from omni_core.pipeline.placement import plan_pipeline
+
+        unknown = set(kwargs) - _PIPELINE_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"Omni() got option(s) {sorted(unknown)} that a multi-stage model does not take; "
+                f"accepted: {', '.join(sorted(_PIPELINE_OPTIONS))}"
+            )
+        recipe = self.identity.recipe
+        resolved = plan_pipeline(
+            self.model_dir,
+            recipe=recipe.pipeline if recipe is not None else None,
+            plugins=kwargs["plugins"],
+            overrides=kwargs.get("stages"),
+            model_class_name=kwargs.get("model_class_name") or (recipe.model_class_name if recipe else None),
+        )
+        self._pipeline = Pipeline(resolved, plugins=kwargs["plugins"]).start()
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The running pipeline, for a multi-stage model."""
+        self._check_open()
+        if self._pipeline is None:
+            raise ModelNotServedError(f"{self.model_dir} is {self.identity.describe()}, not a multi-stage model")
+        return self._pipeline
+
+    def run(
+        self,
+        request_input: Any,
+        *,
+        params: dict[str, dict[str, Any]] | None = None,
+        outputs: tuple[str, ...] | None = None,
+    ) -> PipelineResult:
+        """Send one request through a multi-stage model and wait for all of it. ``params`` are
+        per stage (``{"talker": {"temperature": 0.7}}``); ``outputs`` the modalities wanted
+        (None: every one the model answers), which decides where the request stops."""
+        return self.pipeline.run(request_input, params=params, outputs=outputs)
+
+    def stream(
+        self,
+        request_input: Any,
+        *,
+        params: dict[str, dict[str, Any]] | None = None,
+        outputs: tuple[str, ...] | None = None,
+    ) -> RequestStream:
+        """Like :meth:`run`, but the final stages' items arrive as they are made: iterate for
+        :class:`~omni_core.pipeline.orchestrator.StageOutput` chunks (the first audio of an
+        answer does not wait for its whole text); closing the iterator early cancels the
+        request."""
+        return self.pipeline.submit(request_input, params=params, outputs=outputs)
 
     # -- speech -------------------------------------------------------------------------------
 
@@ -390,9 +456,12 @@ class Omni:
         return {"adapter": self.speech.explain()}
 
     def close(self) -> None:
-        """Drop the loaded model (and any hooks its runtime installed)."""
+        """Drop the loaded model (and any hooks its runtime installed); stop a pipeline's stages."""
         if self._generation is not None:
             self._generation.close()
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
         self._speech = None
         self._generation = None
         self._closed = True
@@ -413,7 +482,15 @@ class Omni:
         self.close()
 
     def __repr__(self) -> str:
-        via = self._speech.adapter_name if self._speech else self._generation.family if self._generation else "-"
+        via = (
+            self._speech.adapter_name
+            if self._speech
+            else self._generation.family
+            if self._generation
+            else self.identity.name
+            if self._pipeline
+            else "-"
+        )
         state = "closed" if self._closed else f"{self.kind} via {via}"
         return f"Omni({str(self.model_dir)!r}, {state})"
 

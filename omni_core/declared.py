@@ -29,6 +29,7 @@ __all__ = [
     "omni_register_attention_backends",
     "omni_register_commands",
     "omni_register_connectors",
+    "omni_register_executors",
     "omni_register_models",
     "omni_register_offloaders",
     "omni_register_platforms",
@@ -71,6 +72,11 @@ def omni_register_connectors(registry: Any) -> None:
 
 @_declared
 def omni_register_offloaders(registry: Any) -> None:
+    registry.register_declared()
+
+
+@_declared
+def omni_register_executors(registry: Any) -> None:
     registry.register_declared()
 
 

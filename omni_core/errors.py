@@ -431,3 +431,37 @@ class ClientDisconnected(OmniError, RuntimeError):
 class ServerStartError(OmniError, OSError):
     """``omni serve`` could not start: the port is taken, the address cannot be bound, or the
     serving extras are not installed. Exit 1 with the fix."""
+
+
+# -- multi-stage pipelines ----------------------------------------------------------------------
+
+
+class PipelineConfigError(OmniError, ValueError):
+    """A pipeline's topology (declared by its model plugin) and placement (a recipe, CLI
+    overrides) do not fit together: an unknown field, a field given to the wrong owner, an edge
+    to a missing stage, an edge without a usable connector. Raised before any process starts,
+    naming the field and the fix."""
+
+    http_status = 400
+
+
+class PipelineStartError(OmniError, RuntimeError):
+    """A stage did not come up: its process exited, or it did not report ready within its
+    start-up timeout. Every stage already started is stopped again."""
+
+
+class StageFailedError(OmniError, RuntimeError):
+    """A request failed in one stage: the stage's engine raised, its process died, or it ran
+    past its timeout. ``name`` is the stage; the message says what happened and what to do."""
+
+    http_status = 503
+
+
+class ConnectorError(OmniError, RuntimeError):
+    """A connector could not move a payload: a put or get past its timeout, a handle that does
+    not describe a payload (malformed metadata), a transport that failed."""
+
+
+class PayloadError(OmniError, ValueError):
+    """A payload cannot cross a stage boundary: a type the wire format does not carry, bytes
+    that are not a payload, or a payload over the connector's size limit."""

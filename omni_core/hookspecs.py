@@ -48,8 +48,8 @@ Rules that hold for every ``omni_register_*`` hook:
   :class:`omni_core.attention.AttentionImpl`); model: the
   :class:`omni_core.generation.model.GenerationModel` protocol; TTS adapter:
   :class:`omni_core.speech.adapter.TTSAdapter`; offloader: :class:`omni_core.offload.Offloader`;
-  connector: a constructor taking its ``extra`` dict (no base class yet); command: a Typer app
-  or a function.
+  connector: :class:`omni_core.pipeline.connector.Connector`; executor:
+  :class:`omni_core.pipeline.executor.StageExecutor`; command: a Typer app or a function.
 * **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
   keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error. ``sys.exit()`` and a
   ``KeyboardInterrupt`` the plugin raises itself count as failures too (only the user's own
@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # the registrars import pydantic; this module stays import-li
         AttentionBackendRegistrar,
         CommandRegistrar,
         ConnectorRegistrar,
+        ExecutorRegistrar,
         ModelRegistrar,
         OffloaderRegistrar,
         PlatformRegistrar,
@@ -144,8 +145,13 @@ def omni_register_tts_adapters(registry: TTSAdapterRegistrar) -> None:
 def omni_register_connectors(registry: ConnectorRegistrar) -> None:
     """Register connectors that move payloads between stage processes.
 
-    ``ref`` is a constructor taking the connector's ``extra`` config dict. Connectors are
-    transport only: they never choose the next stage.
+    ``ref`` is a :class:`omni_core.pipeline.connector.Connector` subclass: every process of a
+    pipeline builds its own instance as ``cls(extra, context)``, ``extra`` being the recipe's
+    options for it (checked against its ``options_type`` before any process starts). The
+    pipeline picks a connector per edge by name (``pipeline.edges[].connector`` in a recipe; by
+    default ``inprocess`` within one process and ``shm`` across processes). Connectors are
+    transport only: they move a payload and hand back a small handle; the orchestrator alone
+    decides where it goes.
     """
 
 
@@ -156,6 +162,19 @@ def omni_register_offloaders(registry: OffloaderRegistrar) -> None:
     ``ref`` is an :class:`omni_core.offload.Offloader` subclass. The contract for the runtime
     that applies them: exactly one strategy is active at a time, and each class declares what
     it cannot be combined with, checked before anything is moved.
+    """
+
+
+@hookspec
+def omni_register_executors(registry: ExecutorRegistrar) -> None:
+    """Register places a pipeline stage can run, beyond the core's own ``process`` (a spawned
+    process) and ``inprocess`` (a thread of the orchestrator's process). Plugin API 1.2.
+
+    ``ref`` is an :class:`omni_core.pipeline.executor.StageExecutor` subclass; a recipe selects
+    it per stage by name (``pipeline.stages.<stage>.placement: ray``). The orchestrator builds
+    one instance per pipeline with the recipe's ``pipeline.executors.<name>`` options and asks
+    it to launch each stage placed on it; the stage speaks the same messages and uses the same
+    connectors wherever it runs. ``process`` and ``inprocess`` are reserved names.
     """
 
 
@@ -189,5 +208,6 @@ REGISTRATION_HOOKS = (
     "omni_register_tts_adapters",
     "omni_register_connectors",
     "omni_register_offloaders",
+    "omni_register_executors",
     "omni_register_commands",
 )

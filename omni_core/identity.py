@@ -40,6 +40,8 @@ IDENTITY: dict[Kind, tuple[tuple[str, Callable[[Any], Any]], ...]] = {
         ("detect_priority", int),
     ),
     Kind.OFFLOADER: (("name", str),),
+    Kind.CONNECTOR: (("name", str),),
+    Kind.EXECUTOR: (("name", str),),
 }
 
 #: set in a class's own ``__dict__``: the attributes the core filled in (never stated by its author)

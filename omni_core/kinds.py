@@ -14,6 +14,7 @@ class Kind(enum.StrEnum):
     TTS_ADAPTER = "tts_adapter"
     CONNECTOR = "connector"
     OFFLOADER = "offloader"
+    EXECUTOR = "executor"
     COMMAND = "command"
 
     def __str__(self) -> str:

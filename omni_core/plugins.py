@@ -37,6 +37,7 @@ from omni_core.registry import (
     AttentionBackendSpec,
     CommandSpec,
     ConnectorSpec,
+    ExecutorSpec,
     ExtensionSpec,
     ModelSpec,
     OffloaderSpec,
@@ -124,6 +125,10 @@ class PluginSet:
     @property
     def offloaders(self) -> Registry[OffloaderSpec]:
         return self.registries[Kind.OFFLOADER]
+
+    @property
+    def executors(self) -> Registry[ExecutorSpec]:
+        return self.registries[Kind.EXECUTOR]
 
     @property
     def commands(self) -> Registry[CommandSpec]:
@@ -309,6 +314,13 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
             f"{record.manifest.omni_api!r} admits API 1.0, whose cores cannot import them; "
             'declare omni_api = ">=1.1,<2"'
         )
+    for kind, since in KINDS_SINCE.items():
+        if record.manifest.of_kind(kind) and _admits_api_below(record.manifest.omni_api, since):
+            record.warnings.append(
+                f"it declares {kind.label} entries, a kind of plugin API {since}, but omni_api "
+                f"{record.manifest.omni_api!r} admits older cores, which do not know the kind; "
+                f'declare omni_api = ">={since},<2"'
+            )
 
     heavy = sorted(_heavy_loaded() - heavy_before)
     if heavy:
@@ -331,6 +343,23 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
         if not record.hardware_only or kind in HARDWARE_KINDS
         for offer in registrar.offers()
     ]
+
+
+#: kinds added after plugin API 1.0, with the version that added them
+KINDS_SINCE: dict[Kind, str] = {Kind.EXECUTOR: "1.2"}
+
+
+def _admits_api_below(omni_api: str, version: str) -> bool:
+    """Whether ``omni_api`` admits a minor version of the same major below ``version``."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return any(_admits(omni_api, f"{major}.{m}") for m in range(minor))
+
+
+def _admits(omni_api: str, version: str) -> bool:
+    try:
+        return api_compatible(omni_api, version)
+    except Exception:  # a malformed range never gets this far (discovery refuses it)
+        return False
 
 
 def _admits_api_1_0(omni_api: str) -> bool:

@@ -112,6 +112,13 @@ class OffloaderSpec(ExtensionSpec):
     incompatible_with: tuple[str, ...] = ()
 
 
+class ExecutorSpec(ExtensionSpec):
+    """Where a pipeline stage can run besides omni's own ``process`` and ``inprocess``
+    (a Ray actor, ...): ``ref`` is an :class:`omni_core.pipeline.executor.StageExecutor` subclass."""
+
+    kind: ClassVar[Kind] = Kind.EXECUTOR
+
+
 class CommandSpec(ExtensionSpec):
     """A CLI command: ``ref`` is a Typer app (a command group) or a plain function."""
 
@@ -128,6 +135,7 @@ SPEC_TYPES: dict[Kind, type[ExtensionSpec]] = {
         TTSAdapterSpec,
         ConnectorSpec,
         OffloaderSpec,
+        ExecutorSpec,
         CommandSpec,
     )
 }
@@ -275,6 +283,13 @@ class OffloaderRegistrar(Registrar[OffloaderSpec]):
         return self._add(name=name, ref=ref, incompatible_with=tuple(incompatible_with), priority=priority)
 
 
+class ExecutorRegistrar(Registrar[ExecutorSpec]):
+    spec_type = ExecutorSpec
+
+    def register(self, name: str, ref: str, *, priority: int = 0) -> ExecutorSpec:
+        return self._add(name=name, ref=ref, priority=priority)
+
+
 class CommandRegistrar(Registrar[CommandSpec]):
     spec_type = CommandSpec
 
@@ -291,6 +306,7 @@ REGISTRAR_TYPES: dict[Kind, type[Registrar[Any]]] = {
         TTSAdapterRegistrar,
         ConnectorRegistrar,
         OffloaderRegistrar,
+        ExecutorRegistrar,
         CommandRegistrar,
     )
 }

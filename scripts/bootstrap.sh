@@ -21,7 +21,19 @@ pip install --quiet -e ".[serve]" -e ./plugin_template -e ./cli
 plugins=()
 for dir in omni_plugins/*/; do plugins+=(-e "./$dir"); done
 pip install --quiet "${plugins[@]}"
+# Mooncake's transfer engine: its CPU build (the CUDA one needs a GPU driver to import)
+pip install --quiet -e "./omni_plugins/mooncake[cpu]"
 pip install --quiet -r requirements-dev.txt
+# Mooncake's engine links libibverbs (RDMA's user-space library) even for TCP transfers
+if ! ldconfig -p 2>/dev/null | grep -q libibverbs.so.1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq libibverbs1 >/dev/null
+  else
+    echo "bootstrap: the mooncake connector's tests need libibverbs: sudo apt-get install -y libibverbs1" >&2
+  fi
+fi
 # The playground's browser test drives the system chromium (playwright's own browser download is
 # never used): install it where we can, else say how.
 if [ ! -x /usr/bin/chromium ]; then

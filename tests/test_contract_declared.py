@@ -151,13 +151,13 @@ def test_a_declared_plugin_whose_range_admits_api_1_0_is_warned(install_plugins,
 
 
 def test_a_plugin_needing_a_newer_api_is_incompatible_with_the_fix(install_plugins, tmp_path):
-    newer = _variant(tmp_path, "newer", {"omni_fixture_declared/omni_plugin.toml": (">=1.1,<2", ">=1.2,<2")})
+    newer = _variant(tmp_path, "newer", {"omni_fixture_declared/omni_plugin.toml": (">=1.1,<2", ">=1.9,<2")})
     venv = install_plugins(newer)
     data = check(venv.omni("plugins", "list", "--json")).json()
     plugin = next(p for p in data["plugins"] if p["name"] == "fixture-declared")
     assert (plugin["status"], plugin["reason"], plugin["fix"]) == (
         "incompatible",
-        f"supports omni plugin API >=1.2,<2, this core provides {PLUGIN_API_VERSION}",
+        f"supports omni plugin API >=1.9,<2, this core provides {PLUGIN_API_VERSION}",
         "upgrade the plugin (pip install -U omni-fixture-declared) or install a matching omni-core",
     )
     # never imported: its declared command is not offered, and doctor names the plugin with the fix
@@ -218,7 +218,9 @@ def test_in_repo_plugins_declare_once(package: Path):
     if not manifest.provides:  # the diffusion runtime registers nothing
         assert "hookimpl" not in hooks
         return
-    assert manifest.omni_api == ">=1.1,<2"
+    # a connector or an executor follows the plugin API 1.2 contracts (omni_core/_version.py)
+    needs = "1.2" if {d.kind.value for d in manifest.provides} & {"connector", "executor"} else "1.1"
+    assert manifest.omni_api == f">={needs},<2"
     body = ast.parse(hooks).body
     code = [ast.unparse(n) for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     assert code == ["from omni_core.declared import *"], f"{package.name}/hooks.py is not the one-line hook module"
@@ -368,7 +370,7 @@ def test_one_provider_string_and_one_name_matcher():
 
 
 def test_one_api_range_check():
-    assert PLUGIN_API_VERSION == "1.1"
+    assert PLUGIN_API_VERSION == "1.2"
     assert api_compatible(">=1.0,<2") and api_compatible(">=1.1,<2")
     # what an API 1.0 core says of a 1.1 plugin: not admitted
     assert not api_compatible(">=1.1,<2", "1.0") and api_compatible(">=1.0,<2", "1.0")
@@ -376,7 +378,7 @@ def test_one_api_range_check():
     assert (ok.ok, ok.status, ok.reason, ok.fix) == (True, None, "", "")
     newer = check_api_range(">=2.0,<3", "omni-plugin-x")
     assert (newer.ok, newer.status) == (False, Status.INCOMPATIBLE)
-    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.1"
+    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.2"
     assert newer.fix == "upgrade the plugin (pip install -U omni-plugin-x) or install a matching omni-core"
     garbage = check_api_range("soon")
     assert (garbage.ok, garbage.status, garbage.reason) == (

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from omni_testenv import check, create_venv
 
+from omni_core import PLUGIN_API_VERSION
+
 pytestmark = pytest.mark.slow
 
 #: Build the local fixture wheels with the venv's own setuptools instead of fetching one into an
@@ -48,8 +50,9 @@ def plugin_names(venv: Any) -> dict[str, str]:
 
 def test_install_refuses_an_incompatible_plugin_before_installing(venv, src):
     result = omni(venv, "install", str(src / "omni-fixture-incompatible"), code=1)
-    assert "omni-fixture-incompatible 0.1.0: supports omni plugin API >=2.0,<3, this core provides 1.1" in (
-        result.stderr
+    assert (
+        f"omni-fixture-incompatible 0.1.0: supports omni plugin API >=2.0,<3, this core provides {PLUGIN_API_VERSION}"
+        in (result.stderr)
     )
     assert "error: nothing was installed; upgrade omni or choose a compatible plugin version" in result.stderr
     assert not installed(venv, "omni-fixture-incompatible")

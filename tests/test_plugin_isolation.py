@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from omni_testenv import check
 
+from omni_core import PLUGIN_API_VERSION
+
 pytestmark = pytest.mark.slow
 
 
@@ -47,7 +49,7 @@ IMPORT_REASON = (
     "No module named 'omni_fixture_missing_dependency'"
 )
 HOOK_REASON = "omni_register_models raised RuntimeError: fixture hook exploded on purpose"
-INCOMPATIBLE_REASON = "supports omni plugin API >=2.0,<3, this core provides 1.1"
+INCOMPATIBLE_REASON = f"supports omni plugin API >=2.0,<3, this core provides {PLUGIN_API_VERSION}"
 MISMATCH_REASON = (
     "what the hooks registered differs from omni_plugin.toml: "
     "model 'declared-model' is declared but not registered; "

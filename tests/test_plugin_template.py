@@ -199,7 +199,8 @@ def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[s
         if hook is not None:
             hook(registry=registrar)
     assert compare_with_manifest(manifest, registrars) == []
-    assert manifest.omni_api == ">=1.1,<2"  # it uses omni_core.declared, new in plugin API 1.1
+    # it uses omni_core.declared, new in plugin API 1.1; a connector is a Connector subclass, new in 1.2
+    assert manifest.omni_api == (">=1.2,<2" if kind == "connector" else ">=1.1,<2")
     for declared in manifest.provides:  # references point into the package and stay lazy
         assert declared.ref.startswith(f"{values['package']}.")
         assert declared.ref.partition(":")[0] not in sys.modules
@@ -248,6 +249,68 @@ def test_kit_checks_an_offloader_against_the_contract(rendered_here: dict[str, P
     assert "abstract methods not implemented: ['disable', 'is_enabled', 'resident']" in unfinished
     [plain] = check(entry, object)
     assert "is not a subclass of omni_core.offload.Offloader" in plain
+
+
+#: a connector that breaks the contract where it is easy to: a module of its own, so the kit's
+#: spawned process imports it too
+_CARELESS_CONNECTOR = """
+from pathlib import Path
+
+from omni_core.errors import ConnectorError
+from omni_core.pipeline.payload import loads
+from {package}.connector import {cls}
+
+
+class Careless({cls}):
+    def get(self, edge, request_id, handle, *, timeout):
+        if not isinstance(handle, dict) or "path" not in handle:
+            return None  # a malformed handle gives None instead of an error
+        return loads(Path(handle["path"]).read_bytes())  # read, but left for a second get
+
+    def cleanup(self, request_id):
+        raise ConnectorError(f"no payloads of {{request_id}}")
+
+    def check_payload_size(self, nbytes, edge):
+        pass  # no size limit
+"""
+
+
+def test_kit_checks_a_connector_by_moving_payloads(
+    rendered_here: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The kit's connector check passes the rendered spool connector, whose payloads really
+    travel (in this process and to and from a spawned one), and names what a broken one gets
+    wrong: read-once, malformed handles, cleanup, the size limit, the class to subclass."""
+    check = CAPABILITY_CHECKS[Kind.CONNECTOR]
+    name = plugin_name("connector")
+    values = placeholders("connector", name)
+    package, cls = values["package"], f"{values['class_prefix']}Connector"
+    # imported by their module names, so the check's spawned process imports them too
+    (tmp_path / "careless_connector.py").write_text(_CARELESS_CONNECTOR.format(package=package, cls=cls))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(rendered_here["connector"]))
+    for module in [m for m in sys.modules if m.split(".")[0] in (package, "careless_connector")]:
+        monkeypatch.delitem(sys.modules, module)
+    spool = getattr(importlib.import_module(f"{package}.connector"), cls)
+    entry = _registered(Kind.CONNECTOR, name, f"{package}.connector:{cls}")
+    assert check(entry, spool) == []
+
+    careless = importlib.import_module("careless_connector").Careless
+    problems = "\n".join(check(_registered(Kind.CONNECTOR, name, "careless_connector:Careless"), careless))
+    here, across = "(two instances in one process): ", "(owner here, a stage in a spawned process): "
+    for expected in (
+        f"{here}a second get of the handle of the stored payload returned instead of raising ConnectorError",
+        f"{here}get of the malformed handle {{}} returned instead of raising ConnectorError",
+        f"{here}get of the malformed handle {{'nbytes': 'x'}} returned instead of raising ConnectorError",
+        f"{here}cleanup of a request it never saw raised ConnectorError",
+        f"{here}put of a payload over max_payload_bytes (16) returned instead of raising PayloadError",
+        f"{across}in the spawned process: a second get of the handle of the stored payload put by the owner",
+        f"{across}a second get of the handle of the stored payload put by the spawned process",
+    ):
+        assert expected in problems, problems
+
+    [plain] = check(entry, object)
+    assert "is not a subclass of omni_core.pipeline.connector.Connector: subclass it" in plain
 
 
 def test_kit_checks_an_image_family_against_the_contract() -> None:

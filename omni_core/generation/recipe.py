@@ -25,6 +25,7 @@ from omni_core.attention.config import AttentionConfig
 # defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
 from omni_core.errors import RecipeError as RecipeError
 from omni_core.generation.request import GenerationRequest
+from omni_core.pipeline.placement import PipelinePlacement
 
 
 class Recipe(BaseModel):
@@ -41,6 +42,9 @@ class Recipe(BaseModel):
     dtype: str | None = None
     #: default generation settings (any GenerationRequest field but the prompt)
     generation: dict[str, Any] = Field(default_factory=dict)
+    #: for a multi-stage model: where its stages run and how payloads travel
+    #: (:mod:`omni_core.pipeline.placement`)
+    pipeline: PipelinePlacement | None = None
 
     @field_validator("attention", mode="before")
     @classmethod

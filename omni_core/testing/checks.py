@@ -290,6 +290,18 @@ def _check_callable(entry: Registered[Any], obj: Any) -> list[str]:
     return []
 
 
+def _check_connector(entry: Registered[Any], obj: Any) -> list[str]:
+    """The reference is a complete :class:`omni_core.pipeline.connector.Connector` with a
+    :class:`~omni_core.pipeline.connector.ConnectorOptions` ``options_type``, and payloads
+    really travel through it: between two instances of one run in this process and, unless it
+    is ``same_process_only``, to and from a spawned process (:mod:`omni_core.testing.connectors`
+    says what is checked)."""
+    from omni_core.testing.connectors import connector_problems
+
+    # its name: checked and set from the registration first (_with_identity)
+    return connector_problems(entry.name, entry.spec.ref, obj)
+
+
 #: the methods of an image or video family (:class:`omni_core.generation.model.GenerationModel`)
 GENERATION_MODEL_METHODS = ("open", "plan", "make_tiny")
 
@@ -334,6 +346,31 @@ def _check_offloader(entry: Registered[Any], obj: Any) -> list[str]:
     return [f"{label}: {p}" for p in offloader_contract_problems(obj)]
 
 
+def _check_executor(entry: Registered[Any], obj: Any) -> list[str]:
+    """The reference is a complete :class:`omni_core.pipeline.executor.StageExecutor` with pydantic
+    option types, under a name that is not one of the core's own placements."""
+    import inspect
+
+    from omni_core.pipeline.executor import BUILTIN_EXECUTORS, ExecutorOptions, StageExecutor
+
+    label = f"executor {entry.name!r}"
+    if not (inspect.isclass(obj) and issubclass(obj, StageExecutor)):
+        return [f"{label}: {entry.spec.ref} must be a subclass of omni_core.pipeline.executor.StageExecutor"]
+    problems = []
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        problems.append(f"{label}: {obj.__name__} does not implement {missing}")
+    for attr in ("options_type", "stage_options_type"):
+        value = getattr(obj, attr, None)
+        if not (inspect.isclass(value) and issubclass(value, ExecutorOptions)):
+            problems.append(f"{label}: {attr} must be a subclass of omni_core.pipeline.executor.ExecutorOptions")
+    if entry.name in BUILTIN_EXECUTORS:
+        problems.append(
+            f"{label}: {entry.name!r} is the core's own placement; register the executor under another name"
+        )
+    return problems
+
+
 def _with_identity(check: CapabilityCheck) -> CapabilityCheck:
     """``check`` preceded by the one identity check (:mod:`omni_core.identity`): a class that
     states its ``name`` (``device_types``, ``stage_keys``, ...) differently from its registration
@@ -360,7 +397,8 @@ CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
         (Kind.ATTENTION_BACKEND, _check_attention_backend),
         (Kind.MODEL, _check_model),
         (Kind.TTS_ADAPTER, _check_tts_adapter),
-        (Kind.CONNECTOR, _check_callable),
+        (Kind.CONNECTOR, _check_connector),
+        (Kind.EXECUTOR, _check_executor),
         (Kind.OFFLOADER, _check_offloader),
         (Kind.COMMAND, _check_callable),
     )

@@ -191,3 +191,25 @@ def explain_model_cmd(
         f"sizes multiples of {profile.size_multiple}, {profile.default_steps} steps, guidance "
         f"{profile.default_guidance if profile.uses_guidance else 'not used'}" + (frames if profile.is_video else "")
     )
+
+
+@app.command("pipeline")
+def explain_pipeline_cmd(
+    model: Path = typer.Option(..., "--model", help="Checkpoint directory of a pipeline model."),
+    recipe: Path | None = typer.Option(None, "--recipe", help="Recipe YAML whose pipeline: section places the stages."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """The resolved stage graph of a pipeline model: each stage's engine and placement, each
+    edge's connector and why, without loading a weight or starting a process."""
+    from omni_core.errors import OmniError
+    from omni_core.pipeline.placement import describe, plan_pipeline
+    from omni_core.plugins import load_plugins
+
+    try:
+        resolved = plan_pipeline(model, recipe=recipe, plugins=load_plugins())
+    except (OmniError, ValueError) as exc:
+        raise fail_with(exc) from None
+    if as_json:
+        emit_json(resolved.model_dump(exclude={"run_id"}))
+        return
+    echo(describe(resolved))

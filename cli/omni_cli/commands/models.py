@@ -95,6 +95,8 @@ def make_tiny(
             "Install the family's plugin; `omni models list --all` shows every installed family."
         )
     cls = entry.load()
+    if callable(getattr(cls, "topology_for", None)):  # a multi-stage model: transformers layout
+        layout_file = "config.json"
     if not _has_maker(cls):
         raise UnknownExtensionError(
             f"{entry.name!r} ({entry.provider}) has no tiny-checkpoint maker (make_tiny)",
@@ -213,5 +215,7 @@ def make_tiny_cmd(
     typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")
     if (path / "model_index.json").is_file():
         typer.echo(f'try: omni generate "a red fox in snow" --model {path}')
+    elif family in get_plugins().models and callable(getattr(get_plugins().models.load(family), "topology_for", None)):
+        typer.echo(f"try: omni explain pipeline --model {path}")
     else:
         typer.echo(f'try: omni speak "Hello there" --model {path}')

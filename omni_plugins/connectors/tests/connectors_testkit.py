@@ -1,0 +1,149 @@
+"""Payloads, comparisons and the bodies of the processes the tests start (``spawn``: each is a
+fresh interpreter that imports this module by name, as a stage process would)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from omni_core.pipeline.connector import ConnectorContext, Edge
+
+EDGE = Edge("thinker", "talker")
+OTHER_EDGE = Edge("talker", "code2wav")
+#: 64 Mi int32 elements: a 256 MiB tensor
+BIG_NUMEL = 64 * 1024 * 1024
+
+
+def cases() -> dict[str, Any]:
+    """One payload per case, the same values in every process (seeded)."""
+    gen = torch.Generator().manual_seed(1234)
+    rng = np.random.default_rng(1234)
+    return {
+        "float16": torch.randn(64, 33, generator=gen).half(),
+        "float32": torch.randn(3, 5, 7, generator=gen),
+        "bfloat16": torch.randn(1000, generator=gen).to(torch.bfloat16),
+        "int64": torch.arange(-500, 500, dtype=torch.int64) * (2**40),
+        "zero_dim": torch.tensor(3.5),
+        "non_contiguous": torch.arange(120, dtype=torch.float32).reshape(10, 12).t()[::2],
+        "empty_tensor": torch.empty(0, 4),
+        "zero_bytes": b"",
+        "numpy_float64": rng.standard_normal((17, 3)),
+        "numpy_uint8": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
+        "numpy_non_contiguous": np.arange(60, dtype=np.int32).reshape(6, 10)[:, ::3],
+        "nested": {
+            "audio": torch.randn(2, 480, generator=gen),
+            "meta": {"sample_rate": 24000, "speaker": "Ethan", "done": False, "score": 0.25, "none": None},
+            "codes": [np.arange(5, dtype=np.int16), torch.ones(3, dtype=torch.int32), b"\x00\xffraw"],
+            "pair": (1, "two"),
+        },
+        "large": torch.randn(512, 1024, generator=gen),  # 2 MiB: over the inline threshold
+    }
+
+
+def big() -> torch.Tensor:
+    return torch.arange(BIG_NUMEL, dtype=torch.int32)
+
+
+def assert_same(got: Any, want: Any, where: str = "payload") -> None:
+    """Equal values, dtypes, shapes and container types (bit-exact for floats)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__}, not a tensor"
+        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)}"
+        assert torch.equal(got, want), f"{where}: values differ"
+    elif isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray), f"{where}: {type(got).__name__}, not an ndarray"
+        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{got.shape}"
+        assert np.array_equal(got, want), f"{where}: values differ"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), f"{where}: keys {list(got)}"
+        for key in want:
+            assert_same(got[key], want[key], f"{where}[{key!r}]")
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), f"{where}: {type(got).__name__} {got!r}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same(g, w, f"{where}[{i}]")
+    else:
+        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
+
+
+def shm(run_id: str, *, owner: bool = False, who: str = "stage", **extra: Any) -> Any:
+    from omni_plugin_connectors.shm import ShmConnector
+
+    return ShmConnector(extra, ConnectorContext(run_id=run_id, owner=who, is_owner=owner))
+
+
+# -- process bodies ---------------------------------------------------------------------------------
+
+
+def produce(run_id: str, conn: Any, *, with_big: bool, linger: bool) -> None:
+    """Put every case (inline where small, and all through segments), send the handles, then
+    exit at once (the segments must outlive the producer), or linger to be killed."""
+    try:
+        small = shm(run_id, who="thinker")
+        segmented = shm(run_id, who="thinker", inline_threshold_bytes=0)
+        handles: dict[str, Any] = {}
+        for name, payload in cases().items():
+            handles[f"inline:{name}"] = small.put(EDGE, "req-1", payload, timeout=5)
+            handles[f"segment:{name}"] = segmented.put(EDGE, "req-1", payload, timeout=5)
+        if with_big:
+            handles["big"] = segmented.put(EDGE, "req-1", big(), timeout=30)
+        conn.send(("ok", handles))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    if linger:
+        time.sleep(120)  # the test SIGKILLs this process
+
+
+def consume(run_id: str, handles: dict[str, Any], conn: Any) -> None:
+    """Get every handle, compare with this process's own cases, get each segment twice."""
+    from omni_core.errors import ConnectorError
+
+    problems = []
+    consumer = shm(run_id, who="talker")
+    want = cases()
+    for key, handle in handles.items():
+        expected = big() if key == "big" else want[key.split(":", 1)[1]]
+        try:
+            assert_same(consumer.get(EDGE, "req-1", handle, timeout=5), expected, key)
+        except BaseException as exc:
+            problems.append(f"{key}: {type(exc).__name__}: {exc}")
+            continue
+        if "shm" in handle:
+            try:
+                consumer.get(EDGE, "req-1", handle, timeout=5)
+                problems.append(f"{key}: a second get succeeded")
+            except ConnectorError as exc:
+                if "already read" not in str(exc):
+                    problems.append(f"{key}: second get said {exc}")
+    conn.send(problems)
+
+
+def consume_and_hold(run_id: str, handle: dict[str, Any], conn: Any) -> None:
+    """Get one payload and hold its tensor (the mapping) until SIGKILLed."""
+    tensor = shm(run_id, who="talker").get(EDGE, "req-1", handle, timeout=5)
+    conn.send(("held", int(tensor[-1]), os.getpid()))
+    time.sleep(120)
+
+
+def put_without_room(run_id: str, conn: Any) -> None:
+    """Put a 4 MiB payload in a process whose files may not grow past 1 MiB (RLIMIT_FSIZE):
+    the segment cannot be given its pages, as when /dev/shm is full."""
+    import resource
+    import signal
+
+    from omni_core.errors import ConnectorError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    try:
+        shm(run_id, who="thinker").put(EDGE, "req-1", torch.zeros(1 << 20), timeout=5)
+        conn.send(("stored", ""))
+    except ConnectorError as exc:
+        conn.send(("ConnectorError", str(exc)))
+    except BaseException as exc:
+        conn.send((type(exc).__name__, str(exc)))

@@ -1,0 +1,32 @@
+"""Helpers of the ray executor's tests: leftovers of a run, exact comparison of outputs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def shm_of(run_id: str) -> list[str]:
+    return sorted(p for p in os.listdir("/dev/shm") if p.startswith(f"omni-{run_id}-"))
+
+
+def actors_of(run_id: str) -> list[str]:
+    """The live named actors of a pipeline run (every stage actor is named omni-<run id>-...)."""
+    import ray
+
+    names = ray.util.list_named_actors(all_namespaces=True)
+    return sorted(a["name"] for a in names if a["name"].startswith(f"omni-{run_id}-"))
+
+
+def same(got: list[Any], want: list[Any]) -> bool:
+    import torch
+
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want, strict=True):
+        if isinstance(b, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)):
+                return False
+        elif a != b:
+            return False
+    return True

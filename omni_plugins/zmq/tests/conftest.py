@@ -1,0 +1,44 @@
+"""Shared fixtures: the installed connector class, loaded through the registry like the runtime,
+connectors that are always closed, and one producer process serving commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from tcp_testkit import Producer, connector
+
+pytest_plugins = ["omni_core.testing"]
+
+
+@pytest.fixture(scope="session")
+def tcp_plugins():  # type: ignore[no-untyped-def]
+    """The installed plugins narrowed to this one (the hardware layer always loads)."""
+    from omni_core.plugins import load_plugins
+    from omni_core.testing import isolated_settings
+
+    return load_plugins(isolated_settings(only="zmq"))
+
+
+@pytest.fixture
+def make_conn() -> Iterator[Callable[..., Any]]:
+    """Build connectors in this process (``make_conn(extra, owner=...)``); all closed afterwards."""
+    made: list[Any] = []
+
+    def make(extra: dict[str, Any] | None = None, owner: str = "test") -> Any:
+        conn = connector(extra, owner=owner)
+        made.append(conn)
+        return conn
+
+    yield make
+    for conn in made:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def producer() -> Iterator[Producer]:
+    """One producer process for a test module (default options: 64 KiB inline threshold)."""
+    proc = Producer({})
+    yield proc
+    proc.stop()
