@@ -365,8 +365,6 @@ class MooncakeConnector(Connector):
         except RuntimeError as exc:
             local.close()
             self._fail(f"mooncake get on edge {edge}: cannot register the buffer to read {what} into: {exc}")
-        from omni_plugin_mooncake.engine import TransferFailed
-
         keep = False
         try:
             self._engine.read(session, base, addr, total, deadline)
@@ -377,13 +375,17 @@ class MooncakeConnector(Connector):
             _STATE.pack_into(local, _STATE_OFFSET, _TAKEN)
             try:
                 self._engine.write(session, base + _STATE_OFFSET, addr + _STATE_OFFSET, _STATE.size, deadline)
-            except TransferFailed as exc:
-                keep = exc.abandoned
+            except ConnectorError as exc:
+                if not getattr(exc, "transfer_failed", False):
+                    raise
+                keep = getattr(exc, "abandoned", False)
                 # the payload is here and checked; the producer frees its slot at cleanup or close
                 log.debug("mooncake: could not mark %s taken: %s", what, exc)
-        except TransferFailed as exc:
-            keep = exc.abandoned
-            if exc.abandoned:
+        except ConnectorError as exc:
+            if not getattr(exc, "transfer_failed", False):
+                raise
+            keep = getattr(exc, "abandoned", False)
+            if keep:
                 self._fail(
                     f"mooncake get on edge {edge}: {what} did not arrive within the get's timeout ({exc}); "
                     "the producing process is stopped, overloaded or unreachable"

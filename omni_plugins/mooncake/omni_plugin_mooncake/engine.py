@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from omni_core.errors import ConnectorError
+
 #: what installs a working build, for the error messages
 INSTALL_HINT = (
     "pip install 'omni-plugin-mooncake[cpu]' (mooncake-transfer-engine-non-cuda, any machine) or "
@@ -95,13 +97,14 @@ def rdma_devices(topology: str) -> list[str]:
     return sorted(found)
 
 
-class TransferFailed(Exception):
-    """A transfer did not complete; ``abandoned`` when it may still be in flight (past the
-    caller's deadline), so its local buffer must stay alive until the engine gives it up."""
-
-    def __init__(self, message: str, *, abandoned: bool = False) -> None:
-        super().__init__(message)
-        self.abandoned = abandoned
+def transfer_failed(message: str, *, abandoned: bool = False) -> ConnectorError:
+    """A transfer that did not complete, as the core's :class:`ConnectorError` marked
+    ``transfer_failed``; ``abandoned`` when it may still be in flight (past the caller's deadline),
+    so its local buffer must stay alive until the engine gives it up."""
+    error = ConnectorError(message)
+    error.transfer_failed = True  # type: ignore[attr-defined]
+    error.abandoned = abandoned  # type: ignore[attr-defined]
+    return error
 
 
 class Engine:
@@ -160,7 +163,7 @@ class Engine:
     def _transfer(self, op: str, session: str, local: int, remote: int, length: int, deadline: float) -> None:
         te = self._te  # held for the whole transfer: a concurrent close() cannot pull it away
         if te is None:
-            raise TransferFailed("the transfer engine is closed")
+            raise transfer_failed("the transfer engine is closed")
         submit = getattr(te, f"batch_transfer_async_{op}")
         with self._lock:
             reached = session in self._reached
@@ -169,7 +172,7 @@ class Engine:
         else:
             batch = self._submit_bounded(submit, session, local, remote, length, deadline)
         if batch <= 0:
-            raise TransferFailed(
+            raise transfer_failed(
                 f"the transfer engine could not start a transfer with {session} (returned {batch}): the "
                 "producing process is gone, or unreachable from here"
             )
@@ -182,13 +185,13 @@ class Engine:
                 return
             if status != 0:
                 cause = "the engine's own timeout (MC_TRANSFER_TIMEOUT)" if status == -2 else f"status {status}"
-                raise TransferFailed(
+                raise transfer_failed(
                     f"the transfer with {session} failed ({cause}): the producing process is gone or stopped "
                     "answering, or the payload is no longer where the handle says"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TransferFailed(f"the transfer with {session} did not finish in time", abandoned=True)
+                raise transfer_failed(f"the transfer with {session} did not finish in time", abandoned=True)
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, _POLL_MAX_S)
 
@@ -209,13 +212,13 @@ class Engine:
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
-            raise TransferFailed(
+            raise transfer_failed(
                 f"the handshake with {session} did not finish in time (the producing process accepts "
                 "connections but does not answer: stopped, or overloaded)",
                 abandoned=True,
             )
         if "error" in box:
-            raise TransferFailed(f"the transfer engine refused a transfer with {session}: {box['error']}")
+            raise transfer_failed(f"the transfer engine refused a transfer with {session}: {box['error']}")
         return int(box["batch"])
 
     def close(self) -> None:
