@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -72,6 +71,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from bench_common import finish, load_average, pct, say, stats_ms
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "plugins" / "omni-fixture-pipeline"
@@ -100,22 +101,6 @@ GOAL_FROM = 64 * MIB
 # --------------------------------------------------------------------------- helpers
 
 
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0..1), linear between samples; p99 of a few hundred samples is near the max."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def stats_ms(seconds: list[float]) -> dict[str, float]:
-    ms = [s * 1000 for s in seconds]
-    return {"p50_ms": pct(ms, 0.5), "p99_ms": pct(ms, 0.99), "mean_ms": statistics.fmean(ms), "n": len(ms)}
-
-
 def size_name(n: int) -> str:
     return f"{n // MIB} MiB" if n >= MIB else f"{n // KIB} KiB"
 
@@ -129,17 +114,6 @@ def ratio(value: float, width: int) -> str:
 def ms(value: float) -> str:
     """Milliseconds in 9 columns, with the digits a sub-microsecond copy needs."""
     return f"{value:9.3f}" if value >= 0.01 else f"{value:9.5f}"
-
-
-def load_average() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
 
 
 def version_of(module: str) -> str:
@@ -460,19 +434,13 @@ def fixture_site(cache: Path) -> Path:
     site = cache / f"site-{digest.hexdigest()[:12]}"
     if (site / ".complete").exists():
         return site
+    from omni_core.testing import install_plugin
+
     shutil.rmtree(site, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="omni-bench-fixture-") as tmp:
-        src = Path(tmp) / FIXTURE.name
-        shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-        proc = subprocess.run(
-            [*pip, "--target", str(site), str(src)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if proc.returncode != 0:
-        raise SystemExit(f"cannot install the test pipeline into {site}:\n{proc.stdout}\n{proc.stderr}")
+    try:
+        install_plugin(FIXTURE, site)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"cannot install the test pipeline into {site}:\n{exc.stdout}\n{exc.stderr}") from None
     (site / ".complete").write_text("")
     return site
 
@@ -538,20 +506,6 @@ class Direct:
         return {"total": time.perf_counter() - start, "first": first, "items": count}
 
 
-def same_items(got: list[Any], want: list[Any]) -> bool:
-    import torch
-
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want, strict=True):
-        if isinstance(b, torch.Tensor):
-            if not (isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)):
-                return False
-        elif a != b:
-            return False
-    return True
-
-
 def start_pipelines(model_dir: Path, plugins: Any) -> dict[str, Any]:
     from omni_core.pipeline.orchestrator import Pipeline
     from omni_core.pipeline.placement import plan_pipeline
@@ -576,6 +530,8 @@ def connectors_of(pipeline: Any) -> str:
 
 
 def overhead(pipelines: dict[str, Any], direct: Direct, tokens: int, rounds: int, warmup: int) -> dict[str, Any]:
+    from omni_fixture_pipeline.compare import same_items
+
     params = {"tokens": {"max_tokens": tokens}}
     want = direct.one_after_the_other(params)
     for label, pipeline in pipelines.items():  # correctness once, as the tests check it
@@ -888,11 +844,7 @@ def main(argv: list[str] | None = None) -> int:
     report["goals"] = goals(report)
     report["seconds"] = time.perf_counter() - started
     print_report(report)
-    say(f"(whole run: {report['seconds']:.0f} s)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        say(f"wrote {args.json}")
+    finish(report, args.json)
     return 0
 
 

@@ -64,6 +64,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_common import finish, load_average, say, stats_ms
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO / ".bench" / "serve"
 PROMPTS = ("a red fox in snow", "a lighthouse at dusk", "a bowl of ramen", "a cat on a windowsill")
@@ -79,22 +81,6 @@ GOAL_GAIN_8 = 1.5  # at 8 clients: at least 1.5x images/s
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0..1), linear between samples; p99 of a few dozen samples is near the max."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def stats_ms(seconds: list[float]) -> dict[str, float]:
-    ms = [s * 1000 for s in seconds]
-    return {"p50_ms": pct(ms, 0.5), "p99_ms": pct(ms, 0.99), "mean_ms": statistics.fmean(ms), "n": len(ms)}
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -124,17 +110,6 @@ def image_body(shape: tuple[int, int, int], seed: int, prompt: str = PROMPTS[0])
 
 def speech_body(seed: int) -> dict[str, Any]:
     return {"model": "tiny-voice", "input": SPEECH_TEXT, "voice": "default", "seed": seed, "response_format": "wav"}
-
-
-def load_average() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
 
 
 # --------------------------------------------------------------------------- servers
@@ -678,11 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["goals"] = goals(report)
     print_report(report)
-    say(f"(whole run: {report['seconds']:.0f} s)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        say(f"wrote {args.json}")
+    finish(report, args.json)
     return 0
 
 

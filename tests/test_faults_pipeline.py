@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from faults import assert_clean_failure, assert_unchanged, snapshot
+
+from omni_core.testing import install_plugin
 
 OMNI = Path(sys.executable).parent / "omni"
 FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-pipeline"
@@ -31,15 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("faults-pipeline-src") / FIXTURE.name
-    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = tmp_path_factory.mktemp("faults-pipeline-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
-        check=True,
-        capture_output=True,
-    )
-    return site
+    return install_plugin(FIXTURE, tmp_path_factory.mktemp("faults-pipeline-site"))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from omni_core.testing import install_plugin
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,23 +33,9 @@ OMNI = Path(sys.executable).parent / "omni"
 PLUGIN = "fixture-serve-faults"
 
 
-def install_serve_faults(workdir: Path) -> Path:
-    """pip-install the fixture (from a clean copy: in-tree builds never write into the repo)
-    into ``workdir/site`` and return that directory, for ``PYTHONPATH`` or ``sys.path``."""
-    src = workdir / FIXTURE.name
-    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = workdir / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
-        check=True,
-        capture_output=True,
-    )
-    return site
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_serve_faults(tmp_path_factory.mktemp("serve-faults"))
+    return install_plugin(FIXTURE, tmp_path_factory.mktemp("serve-faults") / "site")
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from omni_core.errors import (  # noqa: E402
 )
 from omni_core.pipeline.orchestrator import Pipeline  # noqa: E402
 from omni_core.pipeline.placement import describe, plan_pipeline  # noqa: E402
+from omni_core.testing import install_plugin  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-pipeline"
 PROMPT = "a short answer"
@@ -34,16 +35,7 @@ PROMPT = "a short answer"
 def pipeline_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fixture plugin installed into its own site directory, put on sys.path (spawned stage
     processes inherit it)."""
-    import shutil
-
-    src = tmp_path_factory.mktemp("pipeline-src") / FIXTURE.name
-    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = tmp_path_factory.mktemp("pipeline-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
-        check=True,
-        capture_output=True,
-    )
+    site = install_plugin(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
     sys.path.insert(0, str(site))
     return site
 
@@ -76,15 +68,9 @@ def shm_of(run_id: str) -> list[str]:
 
 
 def same(got: list[Any], want: list[Any]) -> bool:
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want, strict=True):
-        if isinstance(b, torch.Tensor):
-            if not (isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)):
-                return False
-        elif a != b:
-            return False
-    return True
+    from omni_fixture_pipeline.compare import same_items  # importable once pipeline_site ran
+
+    return same_items(got, want)
 
 
 def start(model_dir: Path, plugins: Any, placement: dict[str, Any] | None = None, **overrides: Any) -> Pipeline:

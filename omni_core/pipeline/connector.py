@@ -41,16 +41,22 @@ Rules every connector keeps:
 * ``cleanup(request_id)`` frees everything the request's payloads hold on this side (segments,
   buffers, keys) whether or not they were read; ``close()`` frees everything this instance
   created. Neither raises for what is already gone.
+
+Helpers for a connector's author: :meth:`Connector.check_payload_size` (the size limit),
+:func:`check_timeout` (a bounded wait) and :func:`check_handle` (a handle's keys and types),
+each raising the error the rules above name.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from omni_core.errors import ConnectorError
 from omni_core.identity import DeclaredIdentity
 from omni_core.kinds import Kind
 
@@ -152,3 +158,58 @@ class Connector(DeclaredIdentity, abc.ABC, identity_of=Kind.CONNECTOR):
                 f"max_payload_bytes ({limit:,}); raise it in the recipe "
                 "(pipeline.connectors.<name>.extra.max_payload_bytes) or send less per chunk"
             )
+
+
+def _fail(connector: str, message: str) -> NoReturn:
+    raise ConnectorError(message, kind=Kind.CONNECTOR, name=connector)
+
+
+def check_timeout(connector: str, edge: Edge, op: str, timeout: Any) -> float:
+    """``timeout`` as seconds; ConnectorError naming ``connector`` (its name), ``op`` (``"put"``
+    or ``"get"``) and ``edge`` unless it is a finite number >= 0 (a bool is not): every wait is
+    bounded. Call it before waiting for anything."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
+        _fail(connector, f"{connector} {op} on edge {edge}: timeout must be a number of seconds >= 0, got {timeout!r}")
+    if math.isinf(timeout):
+        _fail(connector, f"{connector} {op} on edge {edge}: timeout must be finite (every wait is bounded)")
+    return float(timeout)
+
+
+def check_handle(
+    connector: str,
+    edge: Edge,
+    handle: Any,
+    required: dict[str, type | tuple[type, ...]],
+    shape: str | None = None,
+) -> None:
+    """Raise ConnectorError unless ``handle`` is a dict with exactly the ``required`` keys, each
+    value of its type (never a bool), and an ``nbytes``, where it has one, >= 0. ``shape``
+    describes a valid handle for the message (default: its keys). Call it in ``get`` before
+    using anything the handle says; a connector with several kinds of handle calls it for the
+    kind the handle claims to be."""
+    what = f"{connector} get on edge {edge}: the handle"
+    shape = shape or f"a {connector} handle has exactly {sorted(required)}"
+    if not isinstance(handle, dict):
+        kind = "None" if handle is None else f"a {type(handle).__name__}"
+        _fail(connector, f"{what} is {kind}, not a dict ({shape}): it was not made by a {connector} put")
+    missing = [k for k in required if k not in handle]
+    unknown = [k for k in handle if k not in required]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"lacks {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"has unknown key(s) {', '.join(map(repr, unknown))}")
+        _fail(connector, f"{what} {' and '.join(parts)} ({shape}): it was not made by a {connector} put")
+    for key, types in required.items():
+        value = handle[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            _fail(connector, f"{what}'s {key!r} is {type(value).__name__} {_short(value)}: not a {connector} handle")
+    nbytes = handle.get("nbytes")
+    if isinstance(nbytes, int) and nbytes < 0:
+        _fail(connector, f"{what}'s 'nbytes' is negative ({nbytes}): not a {connector} handle")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

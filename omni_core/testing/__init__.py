@@ -25,6 +25,9 @@ Registries for a test, without installing anything: register by hand (``registra
 ModelRegistrar(Provider(...)); registrar.register(...)``), then ``plugin_set_of(registrar.offers())``
 (or :func:`build_registries`), the same builder ``load_plugins`` uses.
 
+A second plugin beside yours (a fixture of your tests): :func:`install_plugin` pip-installs its
+source tree into a site directory of the test's own.
+
 Fixtures: ``omni_isolated`` gives a test a private config and cache directory and clears
 every ``OMNI_*`` filter variable, so the user's own settings never leak into a test.
 """
@@ -45,6 +48,7 @@ from omni_core.testing.checks import (
     isolated_settings,
 )
 from omni_core.testing.fixtures import omni_isolated
+from omni_core.testing.install import install_plugin
 from omni_core.testing.suite import PluginConformance
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "check_no_overlaps",
     "check_plugin",
     "check_registration",
+    "install_plugin",
     "isolated_settings",
     "omni_isolated",
     "plugin_set_of",

@@ -29,6 +29,10 @@ payloads through it the way a pipeline does:
 Every run id is new (``kit`` and 16 hex digits), every put and get has a timeout, the spawned
 process is waited for within a bound and killed past it, and every instance is closed, the
 owner last, so nothing of the check outlives it.
+
+For a connector's own tests (its failure modes, its large payloads, its processes):
+:func:`payload_cases` (seeded payloads of several dtypes and layouts; needs torch and numpy)
+and :func:`assert_same` (fails naming where a payload arrived changed).
 """
 
 from __future__ import annotations
@@ -133,6 +137,48 @@ def difference(got: Any, want: Any, where: str = "payload") -> str | None:
                 return found
         return None
     return None if got == want else f"{where} is {got!r:.80}, not {want!r:.80}"
+
+
+def payload_cases() -> dict[str, Any]:
+    """Payloads for a connector's own tests, by case name: torch tensors of several dtypes
+    (bfloat16, a 0-d, a non-contiguous and an empty one), numpy arrays, empty bytes, a nested
+    dict of tensors, arrays, lists, tuples and plain values, and ``large`` (2 MiB, past a
+    default inline threshold). Seeded: every process builds the same values, so a spawned
+    process compares what it got with its own copy. Needs torch and numpy."""
+    import numpy as np
+    import torch
+
+    gen = torch.Generator().manual_seed(1234)
+    rng = np.random.default_rng(1234)
+    return {
+        "float16": torch.randn(64, 33, generator=gen).half(),
+        "float32": torch.randn(3, 5, 7, generator=gen),
+        "bfloat16": torch.randn(1000, generator=gen).to(torch.bfloat16),
+        "int64": torch.arange(-500, 500, dtype=torch.int64) * (2**40),
+        "zero_dim": torch.tensor(3.5),
+        "non_contiguous": torch.arange(120, dtype=torch.float32).reshape(10, 12).t()[::2],
+        "empty_tensor": torch.empty(0, 4),
+        "zero_bytes": b"",
+        "numpy_float64": rng.standard_normal((17, 3)),
+        "numpy_uint8": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
+        "numpy_non_contiguous": np.arange(60, dtype=np.int32).reshape(6, 10)[:, ::3],
+        "nested": {
+            "audio": torch.randn(2, 480, generator=gen),
+            "meta": {"sample_rate": 24000, "speaker": "Ethan", "done": False, "score": 0.25, "none": None},
+            "codes": [np.arange(5, dtype=np.int16), torch.ones(3, dtype=torch.int32), b"\x00\xffraw"],
+            "pair": (1, "two"),
+        },
+        "large": torch.randn(512, 1024, generator=gen),  # 2 MiB: over the inline threshold
+    }
+
+
+def assert_same(got: Any, want: Any, where: str = "payload") -> None:
+    """Raise AssertionError, naming the place, unless ``got`` arrived as ``want`` was put: the
+    same container types and keys in order, dtypes, shapes and values (bit-exact for floats),
+    as :func:`difference` compares them. For a connector's own tests and the processes they spawn."""
+    found = difference(got, want, where)
+    if found is not None:
+        raise AssertionError(found)
 
 
 def handle_problems(handle: Any, nbytes: int) -> list[str]:

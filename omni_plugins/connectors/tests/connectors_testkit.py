@@ -7,10 +7,11 @@ import os
 import time
 from typing import Any
 
-import numpy as np
 import torch
 
 from omni_core.pipeline.connector import ConnectorContext, Edge
+from omni_core.testing.connectors import assert_same as assert_same
+from omni_core.testing.connectors import payload_cases as cases
 
 EDGE = Edge("thinker", "talker")
 OTHER_EDGE = Edge("talker", "code2wav")
@@ -18,56 +19,8 @@ OTHER_EDGE = Edge("talker", "code2wav")
 BIG_NUMEL = 64 * 1024 * 1024
 
 
-def cases() -> dict[str, Any]:
-    """One payload per case, the same values in every process (seeded)."""
-    gen = torch.Generator().manual_seed(1234)
-    rng = np.random.default_rng(1234)
-    return {
-        "float16": torch.randn(64, 33, generator=gen).half(),
-        "float32": torch.randn(3, 5, 7, generator=gen),
-        "bfloat16": torch.randn(1000, generator=gen).to(torch.bfloat16),
-        "int64": torch.arange(-500, 500, dtype=torch.int64) * (2**40),
-        "zero_dim": torch.tensor(3.5),
-        "non_contiguous": torch.arange(120, dtype=torch.float32).reshape(10, 12).t()[::2],
-        "empty_tensor": torch.empty(0, 4),
-        "zero_bytes": b"",
-        "numpy_float64": rng.standard_normal((17, 3)),
-        "numpy_uint8": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
-        "numpy_non_contiguous": np.arange(60, dtype=np.int32).reshape(6, 10)[:, ::3],
-        "nested": {
-            "audio": torch.randn(2, 480, generator=gen),
-            "meta": {"sample_rate": 24000, "speaker": "Ethan", "done": False, "score": 0.25, "none": None},
-            "codes": [np.arange(5, dtype=np.int16), torch.ones(3, dtype=torch.int32), b"\x00\xffraw"],
-            "pair": (1, "two"),
-        },
-        "large": torch.randn(512, 1024, generator=gen),  # 2 MiB: over the inline threshold
-    }
-
-
 def big() -> torch.Tensor:
     return torch.arange(BIG_NUMEL, dtype=torch.int32)
-
-
-def assert_same(got: Any, want: Any, where: str = "payload") -> None:
-    """Equal values, dtypes, shapes and container types (bit-exact for floats)."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__}, not a tensor"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)}"
-        assert torch.equal(got, want), f"{where}: values differ"
-    elif isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), f"{where}: {type(got).__name__}, not an ndarray"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{got.shape}"
-        assert np.array_equal(got, want), f"{where}: values differ"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want), f"{where}: keys {list(got)}"
-        for key in want:
-            assert_same(got[key], want[key], f"{where}[{key!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {type(got).__name__} {got!r}"
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            assert_same(g, w, f"{where}[{i}]")
-    else:
-        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 
 
 def shm(run_id: str, *, owner: bool = False, who: str = "stage", **extra: Any) -> Any:

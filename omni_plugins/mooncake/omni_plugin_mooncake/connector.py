@@ -43,7 +43,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import math
 import mmap
 import re
 import secrets
@@ -56,7 +55,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.errors import ConnectorError, PayloadError
 from omni_core.kinds import Kind
-from omni_core.pipeline.connector import Connector, ConnectorContext, ConnectorOptions, Edge, Handle
+from omni_core.pipeline.connector import (
+    Connector,
+    ConnectorContext,
+    ConnectorOptions,
+    Edge,
+    Handle,
+    check_handle,
+    check_timeout,
+)
 from omni_core.pipeline.payload import decode, encode
 
 log = logging.getLogger(__name__)
@@ -213,7 +220,7 @@ class MooncakeConnector(Connector):
 
     def put(self, edge: Edge, request_id: str, payload: Any, *, timeout: float) -> Handle:
         self._check_open(edge, "put")
-        timeout = self._check_timeout(edge, "put", timeout)
+        timeout = check_timeout(self.name, edge, "put", timeout)
         encoded = encode(payload)  # PayloadError for what the codec does not carry
         nbytes = encoded.nbytes
         self.check_payload_size(nbytes, edge)
@@ -320,9 +327,9 @@ class MooncakeConnector(Connector):
 
     def get(self, edge: Edge, request_id: str, handle: Handle, *, timeout: float) -> Any:
         self._check_open(edge, "get")
-        timeout = self._check_timeout(edge, "get", timeout)
+        timeout = check_timeout(self.name, edge, "get", timeout)
         if isinstance(handle, dict) and "inline" in handle:
-            self._check_handle(edge, handle, {"inline": (bytes, bytearray), "nbytes": int})
+            check_handle(self.name, edge, handle, {"inline": (bytes, bytearray), "nbytes": int}, _SHAPE)
             frame = handle["inline"]
             if len(frame) != handle["nbytes"]:
                 self._fail(
@@ -330,7 +337,7 @@ class MooncakeConnector(Connector):
                     f"'nbytes' says {handle['nbytes']:,}: the handle was altered"
                 )
             return self._decode(edge, "the inline payload", bytearray(frame))
-        self._check_handle(edge, handle, {"session": str, "addr": int, "nbytes": int, "key": str})
+        check_handle(self.name, edge, handle, {"session": str, "addr": int, "nbytes": int, "key": str}, _SHAPE)
         session, addr, nbytes, key_text = handle["session"], handle["addr"], handle["nbytes"], handle["key"]
         if not _SESSION_RE.fullmatch(session):
             self._fail(f"mooncake get on edge {edge}: the handle's session {session[:80]!r} is not 'host:port'")
@@ -476,31 +483,3 @@ class MooncakeConnector(Connector):
     def _check_open(self, edge: Edge, op: str) -> None:
         if self._closed:
             self._fail(f"mooncake {op} on edge {edge}: the connector is closed")
-
-    def _check_timeout(self, edge: Edge, op: str, timeout: Any) -> float:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
-            self._fail(f"mooncake {op} on edge {edge}: timeout must be a number of seconds >= 0, got {timeout!r}")
-        if math.isinf(timeout):
-            self._fail(f"mooncake {op} on edge {edge}: timeout must be finite (every wait is bounded)")
-        return float(timeout)
-
-    def _check_handle(self, edge: Edge, handle: Any, required: dict[str, type | tuple[type, ...]]) -> None:
-        what = f"mooncake get on edge {edge}: the handle"
-        if not isinstance(handle, dict):
-            kind = "None" if handle is None else f"a {type(handle).__name__}"
-            self._fail(f"{what} is {kind}, not a dict ({_SHAPE})")
-        missing = [k for k in required if k not in handle]
-        unknown = [k for k in handle if k not in required]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"lacks {', '.join(map(repr, missing))}")
-            if unknown:
-                parts.append(f"has unknown key(s) {', '.join(map(repr, map(str, unknown)))}")
-            self._fail(f"{what} {' and '.join(parts)} ({_SHAPE}): it was not made by a mooncake put")
-        for key, types in required.items():
-            value = handle[key]
-            if isinstance(value, bool) or not isinstance(value, types):
-                self._fail(f"{what}'s {key!r} is {type(value).__name__} {value!r:.80}: not a mooncake handle")
-        if handle["nbytes"] < 0:
-            self._fail(f"{what}'s 'nbytes' is negative ({handle['nbytes']}): not a mooncake handle")

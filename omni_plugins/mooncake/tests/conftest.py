@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from mooncake_testkit import Stage
 
+if TYPE_CHECKING:
+    from mooncake_testkit import Stage
+
+# the kit is imported in the fixtures: it imports omni_core.testing, which pytest must import
+# first, as a plugin, to rewrite its asserts
 pytest_plugins = ["omni_core.testing"]
 
 
@@ -38,6 +42,8 @@ def stage_run_id() -> str:
 @pytest.fixture(scope="module")
 def stage(stage_run_id: str) -> Iterator[Stage]:
     """One stage process for a test module (every payload through the pool: no inline)."""
+    from mooncake_testkit import Stage
+
     proc = Stage(stage_run_id, {"inline_threshold_bytes": 0})
     yield proc
     proc.stop()

@@ -4,8 +4,6 @@ checkpoint, and one real local Ray cluster for the session."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,14 +44,9 @@ def pipeline_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the repository's test pipeline is not at {FIXTURE}")
     pytest.importorskip("torch", reason="the test pipeline's stages run torch")
     pytest.importorskip("safetensors", reason="the test pipeline's checkpoint is safetensors")
-    src = tmp_path_factory.mktemp("pipeline-src") / FIXTURE.name
-    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    site = tmp_path_factory.mktemp("pipeline-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", site, src],
-        check=True,
-        capture_output=True,
-    )
+    from omni_core.testing import install_plugin  # not at the top: pytest_plugins imports it first, to rewrite asserts
+
+    site = install_plugin(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
     sys.path.insert(0, str(site))
     return site
 

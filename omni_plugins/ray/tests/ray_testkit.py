@@ -19,14 +19,6 @@ def actors_of(run_id: str) -> list[str]:
 
 
 def same(got: list[Any], want: list[Any]) -> bool:
-    import torch
+    from omni_fixture_pipeline.compare import same_items  # importable once pipeline_site ran
 
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want, strict=True):
-        if isinstance(b, torch.Tensor):
-            if not (isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)):
-                return False
-        elif a != b:
-            return False
-    return True
+    return same_items(got, want)

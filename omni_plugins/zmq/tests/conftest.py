@@ -4,11 +4,15 @@ connectors that are always closed, and one producer process serving commands."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from tcp_testkit import Producer, connector
 
+if TYPE_CHECKING:
+    from tcp_testkit import Producer
+
+# the kit is imported in the fixtures: it imports omni_core.testing, which pytest must import
+# first, as a plugin, to rewrite its asserts
 pytest_plugins = ["omni_core.testing"]
 
 
@@ -24,6 +28,8 @@ def tcp_plugins():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def make_conn() -> Iterator[Callable[..., Any]]:
     """Build connectors in this process (``make_conn(extra, owner=...)``); all closed afterwards."""
+    from tcp_testkit import connector
+
     made: list[Any] = []
 
     def make(extra: dict[str, Any] | None = None, owner: str = "test") -> Any:
@@ -39,6 +45,8 @@ def make_conn() -> Iterator[Callable[..., Any]]:
 @pytest.fixture(scope="module")
 def producer() -> Iterator[Producer]:
     """One producer process for a test module (default options: 64 KiB inline threshold)."""
+    from tcp_testkit import Producer
+
     proc = Producer({})
     yield proc
     proc.stop()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from omni_core.pipeline.connector import ConnectorContext, Edge
+from omni_core.testing.connectors import assert_same as assert_same
 
 EDGE = Edge("thinker", "talker")
 RUN_ID = "run-test"
@@ -77,28 +78,6 @@ def make_payload(name: str) -> Any:
         _, mib, seed = name.split("_")
         return tensor_of(torch.float32, ((int(mib) << 20) // 4,), int(seed))
     raise KeyError(name)
-
-
-def assert_same(got: Any, want: Any, where: str = "payload") -> None:
-    """Equal values, types, dtypes and shapes, recursively."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where}: {type(got)}"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)}"
-        assert torch.equal(got, want), f"{where}: values differ"
-    elif isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), f"{where}: {type(got)}"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{got.shape}"
-        assert np.array_equal(got, want), f"{where}: values differ"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want), f"{where}: keys {list(got)}"
-        for key in want:
-            assert_same(got[key], want[key], f"{where}[{key!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r}"
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            assert_same(g, w, f"{where}[{i}]")
-    else:
-        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 
 
 def connector(extra: dict[str, Any] | None = None, owner: str = "test") -> Any:
