@@ -381,11 +381,313 @@ def test_names_are_safe_bounded_and_found_by_cleanup(run_id: str) -> None:
 def test_options_are_validated() -> None:
     from omni_plugin_connectors.shm import ShmConnector
 
-    assert ShmConnector.validate_options({}).inline_threshold_bytes == 65536  # type: ignore[attr-defined]
-    with pytest.raises(ValueError, match="inline_threshold_bytes"):
-        ShmConnector.validate_options({"inline_threshold_bytes": -1})
+    defaults: Any = ShmConnector.validate_options({})
+    assert defaults.inline_threshold_bytes == 65536
+    assert (defaults.reuse_threshold_bytes, defaults.reuse_pool_bytes) == (1 << 20, 512 << 20)
+    for option in ("inline_threshold_bytes", "reuse_threshold_bytes", "reuse_pool_bytes"):
+        with pytest.raises(ValueError, match=option):
+            ShmConnector.validate_options({option: -1})
     with pytest.raises(ValueError, match="inline_treshold"):
         ShmConnector.validate_options({"inline_treshold": 1})
+
+
+# -- reuse of large segments ---------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def pool_of(run_id: str) -> list[str]:
+    """The run's pool: segments a consumer let go of, waiting for a put."""
+    return segments(f"{segment_prefix(run_id)}-pool-")
+
+
+def inode(name: str) -> int:
+    return os.stat(f"{SHM_DIR}/{name}").st_ino
+
+
+def filled(value: float, mib: int = 2) -> dict[str, Any]:
+    """A payload of about ``mib`` MiB, a tensor and an array, every element ``value``."""
+    numel = mib * MIB // 8
+    return {"t": torch.full((numel,), value), "a": np.full(numel, value, dtype=np.float32)}
+
+
+def test_a_large_put_reuses_the_pages_of_a_segment_its_consumer_let_go_of(run_id: str, monkeypatch: Any) -> None:
+    """The consumer's get renames the segment (it holds it while it views it); its last view
+    freed, the segment joins the run's pool for its edge; the next large put on that edge takes
+    that very file (same inode), writing through a mapping of its existing pages: no pwritev, no
+    new file. A put on another edge leaves it alone."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    first = producer.put(EDGE, "req-1", filled(1.0), timeout=1)
+    pages = inode(first["shm"])
+    got = consumer.get(EDGE, "req-1", first, timeout=1)
+    (held,) = segments(segment_prefix(run_id))
+    assert held == f"{first['shm']}-{consumer._token}_h" and inode(held) == pages
+    assert pool_of(run_id) == []
+    del got
+    gc.collect()
+    assert segments(segment_prefix(run_id)) == pool_of(run_id) and [inode(n) for n in pool_of(run_id)] == [pages]
+    assert consumer.health()["pool_segments"] == 1 and consumer.health()["pool_bytes"] == first["nbytes"]
+    elsewhere = producer.put(OTHER_EDGE, "req-2", filled(3.0), timeout=1)
+    assert inode(elsewhere["shm"]) != pages and len(pool_of(run_id)) == 1
+    writes = []
+    monkeypatch.setattr(os, "pwritev", lambda *args: writes.append(args))  # the reuse must not write this way
+    second = producer.put(EDGE, "req-2", filled(2.0), timeout=1)
+    assert writes == [] and inode(second["shm"]) == pages and pool_of(run_id) == []
+    assert segments(segment_prefix(run_id)) == sorted([second["shm"], elsewhere["shm"]])
+    with open(f"{SHM_DIR}/{second['shm']}", "rb") as f:
+        assert f.read() == encode(filled(2.0)).to_bytes()
+    assert_same(consumer.get(EDGE, "req-2", second, timeout=1), filled(2.0))
+    assert_same(consumer.get(OTHER_EDGE, "req-2", elsewhere, timeout=1), filled(3.0))
+    consumer.close()  # it takes the segments it pooled with it
+    producer.close()
+
+
+def test_a_producer_refills_through_the_mapping_it_kept_and_drops_it_once_unlinked(
+    run_id: str, monkeypatch: Any
+) -> None:
+    """A producer keeps its mapping of a segment it refilled: when the segment comes back from
+    the pool, the next refill is a plain copy (no new mapping). A kept mapping holds its
+    segment's pages, so one whose segment was unlinked since (a cleanup, here) goes at the
+    producer's next large put, and its close drops them all."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    first = producer.put(EDGE, "req-1", filled(1.0), timeout=1)
+    consumer.get(EDGE, "req-1", first, timeout=1)  # let go of at once: pooled
+    assert producer.health()["mapped_bytes"] == 0  # a fresh segment is written, not mapped
+    second = producer.put(EDGE, "req-2", filled(2.0), timeout=1)
+    pages = inode(second["shm"])
+    assert producer.health()["mapped_bytes"] == second["nbytes"]
+    consumer.get(EDGE, "req-2", second, timeout=1)
+    maps = []
+    real_mmap = shm_module.mmap.mmap
+    monkeypatch.setattr(shm_module.mmap, "mmap", lambda *a, **k: maps.append(a) or real_mmap(*a, **k))
+    third = producer.put(EDGE, "req-3", filled(3.0), timeout=1)
+    assert maps == [] and inode(third["shm"]) == pages  # the kept mapping, no new one
+    with open(f"{SHM_DIR}/{third['shm']}", "rb") as f:
+        assert f.read() == encode(filled(3.0)).to_bytes()
+    got = consumer.get(EDGE, "req-3", third, timeout=1)
+    producer.cleanup("req-3")  # unlinks the held segment: the consumer's view and the kept mapping remain
+    assert producer.health()["mapped_bytes"] == third["nbytes"]
+    producer.put(EDGE, "req-4", filled(4.0, mib=1), timeout=1)  # any large put drops it
+    assert producer.health()["mapped_bytes"] == 0
+    assert_same(got, filled(3.0))
+    del got
+    gc.collect()
+    assert mappings_of(third["shm"]) == []  # neither the view nor the kept mapping
+    fifth = producer.put(EDGE, "req-5", filled(5.0), timeout=1)
+    consumer.get(EDGE, "req-5", fifth, timeout=1)
+    producer.put(EDGE, "req-6", filled(6.0), timeout=1)
+    assert producer.health()["mapped_bytes"] > 0
+    producer.close()
+    assert producer._maps == {}
+    consumer.close()
+
+
+def test_a_segment_is_never_reused_while_any_view_of_it_lives(run_id: str) -> None:
+    """The safety of reuse: as long as anything decoded from a segment lives (a tensor, a slice
+    of it, an array, a tensor made from that array), no put writes into it; the consumer's data
+    stays intact while the producer goes on putting, taking only what was let go of."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    got, inodes = [], []
+    for i in range(4):
+        handle = producer.put(EDGE, f"req-{i}", filled(float(i)), timeout=1)
+        inodes.append(inode(handle["shm"]))
+        got.append(consumer.get(EDGE, f"req-{i}", handle, timeout=1))
+    assert len(set(inodes)) == 4 and pool_of(run_id) == []
+    kept_slice = got[0]["t"][10:20]
+    kept_from_numpy = torch.from_numpy(got[1]["a"][5:])
+    del got
+    gc.collect()
+    assert sorted(inode(n) for n in pool_of(run_id)) == sorted(inodes[2:])  # only those let go of
+    taken = []
+    for i in range(4, 12):
+        handle = producer.put(EDGE, f"req-{i}", filled(float(i)), timeout=1)
+        taken.append(inode(handle["shm"]))
+        assert_same(consumer.get(EDGE, f"req-{i}", handle, timeout=1), filled(float(i)))
+        assert torch.equal(kept_slice, torch.zeros(10)), f"overwritten by put {i}"
+        assert torch.equal(kept_from_numpy, torch.ones(kept_from_numpy.numel())), f"overwritten by put {i}"
+    assert not set(taken) & set(inodes[:2])
+    assert set(taken) >= set(inodes[2:])  # the pool was used, just never for the held ones
+    del kept_slice, kept_from_numpy
+    gc.collect()
+    assert set(inodes[:2]) <= {inode(n) for n in pool_of(run_id)}  # let go of at last: pooled
+    consumer.close()
+    producer.close()
+
+
+def test_read_once_holds_with_reuse_and_held_or_pooled_names_are_no_handles(run_id: str) -> None:
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    handle = producer.put(EDGE, "req-1", filled(1.0), timeout=1)
+    got = consumer.get(EDGE, "req-1", handle, timeout=1)
+    for who in (consumer, shm(run_id)):
+        with pytest.raises(ConnectorError, match="is gone: already read"):
+            who.get(EDGE, "req-1", handle, timeout=1)
+    (held,) = segments(segment_prefix(run_id))
+    with pytest.raises(ConnectorError, match="not a payload of request 'req-1'"):
+        shm(run_id).get(EDGE, "req-1", {"shm": held, "nbytes": handle["nbytes"]}, timeout=1)
+    del got
+    gc.collect()
+    (pooled,) = pool_of(run_id)
+    for name in (handle["shm"], pooled):
+        with pytest.raises(ConnectorError):
+            consumer.get(EDGE, "req-1", {"shm": name, "nbytes": handle["nbytes"]}, timeout=1)
+    assert pool_of(run_id) == [pooled]  # untouched by the refused gets
+    consumer.close()
+
+
+def test_cleanup_and_close_reclaim_held_and_pooled_segments(run_id: str) -> None:
+    """A request's cleanup unlinks the segments its consumer holds (their views stay intact,
+    and they are not pooled when let go of); a consumer's close unlinks what it holds and what
+    it pooled; the owner's close the whole run's. Nothing reappears afterwards."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    owner = shm(run_id, owner=True, who="orchestrator")
+    a = consumer.get(EDGE, "req-a", producer.put(EDGE, "req-a", filled(1.0), timeout=1), timeout=1)
+    b = consumer.get(EDGE, "req-b", producer.put(EDGE, "req-b", filled(2.0), timeout=1), timeout=1)
+    owner.cleanup("req-a")
+    assert len(segments(segment_prefix(run_id, "req-b"))) == 1 and segments(segment_prefix(run_id, "req-a")) == []
+    assert_same(a, filled(1.0))  # the mapping outlives the name
+    del a
+    gc.collect()
+    assert pool_of(run_id) == []  # it had no name left to pool
+    consumer.get(EDGE, "req-c", producer.put(EDGE, "req-c", filled(3.0), timeout=1), timeout=1)  # let go of at once
+    assert len(pool_of(run_id)) == 1
+    consumer.close()  # what it holds (b) and what it pooled
+    assert segments(segment_prefix(run_id)) == []
+    assert_same(b, filled(2.0))
+    del b
+    gc.collect()
+    assert segments(segment_prefix(run_id)) == []  # a closed consumer pools nothing
+    again = shm(run_id, who="talker")  # the owner's close takes everything of the run
+    kept = again.get(EDGE, "req-d", producer.put(EDGE, "req-d", filled(4.0), timeout=1), timeout=1)
+    again.get(EDGE, "req-e", producer.put(EDGE, "req-e", filled(5.0), timeout=1), timeout=1)
+    assert len(segments(segment_prefix(run_id))) == 2  # one held, one pooled
+    owner.close()
+    assert segments(segment_prefix(run_id)) == []
+    del kept
+    gc.collect()
+    assert segments(segment_prefix(run_id)) == []  # the held one's name was gone: nothing pooled
+    producer.close()
+    again.close()
+
+
+def test_the_pool_keeps_at_most_reuse_pool_bytes_and_a_quarter_of_dev_shm(run_id: str, monkeypatch: Any) -> None:
+    frame = encode(filled(0.0)).nbytes  # 2 MiB and its header
+    consumer = shm(run_id, who="talker", reuse_pool_bytes=2 * frame + frame // 2)
+    producer = shm(run_id, who="thinker", reuse_pool_bytes=0)  # puts fresh segments only: the pool fills
+    got = [
+        consumer.get(EDGE, f"r{i}", producer.put(EDGE, f"r{i}", filled(float(i)), timeout=1), timeout=1)
+        for i in range(3)
+    ]
+    inodes = [inode(name) for name in segments(segment_prefix(run_id))]  # r0, r1, r2
+    for _ in range(3):
+        del got[0]  # let go of in order: the oldest in the pool makes room for the newest
+        gc.collect()
+    assert [inode(name) for name in pool_of(run_id)] == inodes[1:]
+    assert consumer.health()["pool_bytes"] == 2 * frame <= consumer.options.reuse_pool_bytes  # type: ignore[attr-defined]
+    bigger = filled(0.0, mib=6)
+    consumer.get(EDGE, "r9", producer.put(EDGE, "r9", bigger, timeout=1), timeout=1)  # over the bound alone
+    assert consumer.health()["pool_bytes"] == 2 * frame
+    consumer.close()
+    assert segments(segment_prefix(run_id)) == []
+
+    real = os.statvfs
+
+    def small_dev_shm(path: Any) -> os.statvfs_result:  # a /dev/shm of 12 MiB: a pool of 3 MiB at most
+        st = real(path)
+        fields = list(st)
+        fields[2] = 12 * MIB // st.f_frsize  # f_blocks
+        return os.statvfs_result(fields)
+
+    monkeypatch.setattr(os, "statvfs", small_dev_shm)
+    consumer = shm(run_id, who="talker")  # the default bound (512 MiB), capped by the size of /dev/shm
+    got = [
+        consumer.get(EDGE, f"s{i}", producer.put(EDGE, f"s{i}", filled(float(i)), timeout=1), timeout=1)
+        for i in range(2)
+    ]
+    del got
+    gc.collect()
+    assert len(pool_of(run_id)) == 1
+    consumer.close()
+    producer.close()
+
+
+def test_a_forked_childs_copy_of_the_views_never_pools_the_segment(run_id: str) -> None:
+    """A fork (a DataLoader worker, say) copies the views and their finalizer: the copies dying
+    in the child must not hand the segment to the pool while the parent still views it."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    got = consumer.get(EDGE, "req-1", producer.put(EDGE, "req-1", filled(1.0), timeout=1), timeout=1)
+    pid = os.fork()
+    if pid == 0:  # the child: let go of its copies, then leave without running any exit handler
+        try:
+            del got
+            gc.collect()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert pool_of(run_id) == [] and len(segments(segment_prefix(run_id))) == 1  # still held
+    assert_same(got, filled(1.0))
+    del got
+    gc.collect()
+    assert len(pool_of(run_id)) == 1
+    consumer.close()
+    producer.close()
+
+
+@pytest.mark.parametrize("extra", [{"reuse_pool_bytes": 0}, {"reuse_threshold_bytes": 64 * MIB}], ids=["off", "under"])
+def test_without_reuse_get_unlinks_at_once_and_puts_make_new_segments(run_id: str, extra: dict[str, Any]) -> None:
+    producer, consumer = shm(run_id, who="thinker", **extra), shm(run_id, who="talker", **extra)
+    for i in range(3):
+        handle = producer.put(EDGE, f"req-{i}", filled(float(i)), timeout=1)
+        assert segments(segment_prefix(run_id)) == [handle["shm"]]
+        got = consumer.get(EDGE, f"req-{i}", handle, timeout=1)
+        assert segments(segment_prefix(run_id)) == []  # unlinked at the get
+        assert mappings_of(handle["shm"])
+        assert_same(got, filled(float(i)))
+        del got
+        gc.collect()
+        assert segments(segment_prefix(run_id)) == [] and consumer.health()["pool_segments"] == 0
+
+
+def test_a_reused_segment_holds_exactly_the_new_frame_when_shrunk_or_grown(run_id: str) -> None:
+    """A pool segment larger than the payload is cut to its size; a smaller one (the pool has
+    nothing larger) is grown, its own pages written again and the missing ones allocated."""
+    producer, consumer = shm(run_id, who="thinker"), shm(run_id, who="talker")
+    pages = None
+    for i, mib in enumerate((3, 2, 4, 4)):
+        read_only = np.frombuffer(bytes(range(256)) * 1000 * (i + 1), dtype=np.uint8)  # no address to take
+        payload = {
+            "x": filled(float(i), mib),
+            "list": [np.arange(i + 1, dtype=np.int8), b"\x01" * (i * 333), read_only],
+        }
+        handle = producer.put(EDGE, f"req-{i}", payload, timeout=1)
+        pages = pages or inode(handle["shm"])
+        assert inode(handle["shm"]) == pages, f"put {i} did not reuse the segment"
+        with open(f"{SHM_DIR}/{handle['shm']}", "rb") as f:
+            assert f.read() == encode(payload).to_bytes(), f"put {i}"
+        assert_same(consumer.get(EDGE, f"req-{i}", handle, timeout=1), payload, f"put {i}")
+    consumer.close()
+    producer.close()
+
+
+def test_a_put_short_of_room_evicts_the_pool_before_giving_up(run_id: str, monkeypatch: Any) -> None:
+    """Idle pool segments never cost a put its room: they go first (oldest first). With still no
+    room, the put is the named ConnectorError, and leaves nothing of its request."""
+    consumer = shm(run_id, who="talker")
+    fresh = shm(run_id, who="thinker", reuse_pool_bytes=0)  # never claims: it needs room for each put
+    for i in range(2):
+        consumer.get(EDGE, f"p{i}", fresh.put(EDGE, f"p{i}", filled(float(i)), timeout=1), timeout=1)
+    assert len(pool_of(run_id)) == 2
+    monkeypatch.setattr(shm_module, "shm_free_bytes", lambda: 0 if pool_of(run_id) else 1 << 40)
+    handle = fresh.put(EDGE, "req-1", filled(5.0), timeout=1)  # room once the pool is gone
+    assert pool_of(run_id) == [] and segments(segment_prefix(run_id)) == [handle["shm"]]
+    assert_same(consumer.get(EDGE, "req-1", handle, timeout=1), filled(5.0))  # pooled again
+
+    # a claimed segment too small for the payload needs room to grow: none left, even without the pool
+    monkeypatch.setattr(shm_module, "shm_free_bytes", lambda: 0)
+    claimer = shm(run_id, who="thinker")
+    with pytest.raises(ConnectorError, match=r"no room in /dev/shm for a payload of 4,194,\d{3} bytes"):
+        claimer.put(EDGE, "req-2", filled(6.0, mib=4), timeout=1)
+    assert segments(segment_prefix(run_id)) == []  # the claimed segment went with the refused put
+    consumer.close()
 
 
 # -- across processes ----------------------------------------------------------------------------
@@ -415,6 +717,12 @@ def test_a_child_puts_and_exits_then_the_parent_gets_everything(run_id: str, spa
     assert torch.equal(got, big())
     with pytest.raises(ConnectorError, match="already read"):
         consumer.get(EDGE, "req-1", handles["big"], timeout=5)
+    # no payload is left: what the consumer still views is held under its own name, what it let
+    # go of waits in the run's pool for the next put, and its close reclaims both
+    left = segments(segment_prefix(run_id))
+    assert left and all(name.endswith("_h") or "--pool-" in name for name in left), left
+    del got
+    consumer.close()
     assert segments(segment_prefix(run_id)) == []
 
 
@@ -435,7 +743,7 @@ def test_the_parent_puts_and_a_child_gets_everything(run_id: str, spawn: Any) ->
     child.join(30)
     assert problems == []
     assert child.exitcode == 0
-    assert segments(segment_prefix(run_id)) == []
+    assert segments(segment_prefix(run_id)) == []  # the child never closed: what it pooled went at its exit
 
 
 def test_a_killed_producers_segments_are_reclaimed_by_the_owners_close(run_id: str, spawn: Any) -> None:
@@ -457,23 +765,35 @@ def test_a_killed_producers_segments_are_reclaimed_by_the_owners_close(run_id: s
     assert segments(segment_prefix(run_id)) == []
 
 
-def test_a_consumer_killed_after_its_get_leaves_nothing(run_id: str, spawn: Any) -> None:
+@pytest.mark.parametrize("numel", [64 * 1024, 4 * 1024 * 1024], ids=["512KiB_unlinked_at_get", "32MiB_held"])
+def test_a_consumer_killed_after_its_get_leaves_nothing(run_id: str, spawn: Any, numel: int) -> None:
+    """Under reuse_threshold_bytes, the segment's name is gone at the get: nothing to leak. At
+    or over it, the consumer holds it under a name of the request's (for the pool, once it lets
+    go): a consumer killed first leaves it to the request's cleanup (the orchestrator's, for the
+    failed request) or the owner's close."""
     from connectors_testkit import consume_and_hold
 
     producer = shm(run_id, who="thinker")
-    payload = torch.arange(4 * 1024 * 1024, dtype=torch.int64)  # 32 MiB
+    payload = torch.arange(numel, dtype=torch.int64)
     handle = producer.put(EDGE, "req-1", payload, timeout=5)
     parent_end, child_end = spawn.Pipe()
     child = spawn.Process(target=consume_and_hold, args=(run_id, handle, child_end))
     child.start()
     status, last, pid = recv(parent_end, child)
-    assert (status, last) == ("held", 4 * 1024 * 1024 - 1)
-    # the consumer maps the segment, yet its name is already gone: nothing to leak
-    assert segments(segment_prefix(run_id)) == []
+    assert (status, last) == ("held", numel - 1)
+    held = segments(segment_prefix(run_id))
     with open(f"/proc/{pid}/maps") as maps:
-        assert f"{SHM_DIR}/{handle['shm']} (deleted)" in maps.read()
+        mapped = maps.read()
+    if handle["nbytes"] < (1 << 20):
+        assert held == []  # the consumer maps the segment, yet its name is already gone
+        assert f"{SHM_DIR}/{handle['shm']} (deleted)" in mapped
+    else:
+        assert len(held) == 1 and held[0].startswith(handle["shm"] + "-") and held[0].endswith("_h")
+        assert f"{SHM_DIR}/{held[0]}\n" in mapped
     os.kill(pid, signal.SIGKILL)
     child.join(10)
+    assert segments(segment_prefix(run_id)) == held
+    producer.cleanup("req-1")
     assert segments(segment_prefix(run_id)) == []
     producer.close()
 
@@ -605,3 +925,56 @@ def test_no_resource_tracker_warning_in_a_spawned_childs_stderr(run_id: str) -> 
     assert segments(segment_prefix(run_id)) == sorted(h["shm"] for h in handles)
     for i, handle in enumerate(handles):
         assert torch.equal(consumer.get(EDGE, "req-1", handle, timeout=1), torch.full((1000,), float(i)))
+
+
+def produce_on_command(run_id: str, conn: Any) -> None:
+    """A producer process (spawned: it imports this module by name): puts ``filled(value)`` for
+    each ``(request, value)`` it is sent, answering the handle and the segment's inode; closes
+    at ``None``."""
+    producer = shm(run_id, who="thinker")
+    try:
+        while (message := conn.recv()) is not None:
+            request, value = message
+            handle = producer.put(EDGE, request, filled(value), timeout=5)
+            conn.send((handle, inode(handle["shm"])))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        producer.close()
+
+
+def test_a_producer_process_reuses_what_this_consumer_let_go_of_and_nothing_it_holds(run_id: str, spawn: Any) -> None:
+    parent_end, child_end = spawn.Pipe()
+    child = spawn.Process(target=produce_on_command, args=(run_id, child_end))
+    child.start()
+    consumer = shm(run_id, who="talker")
+
+    def put(request: str, value: float) -> tuple[dict[str, Any], int]:
+        parent_end.send((request, value))
+        answer = recv(parent_end, child)
+        assert answer[0] != "error", answer[1]
+        return answer
+
+    first, first_pages = put("req-1", 1.0)
+    got_first = consumer.get(EDGE, "req-1", first, timeout=5)
+    second, second_pages = put("req-2", 2.0)
+    assert second_pages != first_pages  # held by this process's views: not reusable
+    got_second = consumer.get(EDGE, "req-2", second, timeout=5)
+    del got_first
+    gc.collect()
+    third, third_pages = put("req-3", 3.0)
+    assert third_pages == first_pages  # let go of: the producer process wrote into those pages
+    assert_same(consumer.get(EDGE, "req-3", third, timeout=5), filled(3.0))
+    fourth, fourth_pages = put("req-4", 4.0)
+    assert fourth_pages == first_pages  # the third's, let go of at once; never the second's, still viewed
+    assert_same(consumer.get(EDGE, "req-4", fourth, timeout=5), filled(4.0))
+    assert_same(got_second, filled(2.0))  # intact after every later put
+    parent_end.send(None)
+    child.join(30)
+    assert child.exitcode == 0
+    del got_second
+    gc.collect()
+    assert segments(segment_prefix(run_id)) == pool_of(run_id) != []  # the producer's exit took no payload
+    consumer.close()
+    assert segments(segment_prefix(run_id)) == []
