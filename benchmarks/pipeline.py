@@ -488,7 +488,7 @@ class Direct:
             "total": end - start,
             "first": first,
             "stages": {"tokens": t1 - start, "hidden": t2 - t1, "wave": end - t2},
-            "text": tokens,
+            "text": [self.tokens.for_output(t) for t in tokens],  # what the pipeline answers a client
             "audio": wave,
         }
 

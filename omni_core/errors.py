@@ -352,6 +352,13 @@ class SpeechRequestError(OmniError, ValueError):
     http_status = 400
 
 
+class ChatRequestError(OmniError, ValueError):
+    """A chat request a multi-stage model cannot answer as asked (a modality it does not make,
+    content it does not read, a voice it does not have): the message names the field and the fix."""
+
+    http_status = 400
+
+
 class ModelNotServedError(OmniError, LookupError):
     """No installed plugin serves the model directory (or the API it was asked for)."""
 

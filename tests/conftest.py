@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 from omni_testenv import FIXTURE_PLUGINS, Venv, clean_build_dirs, create_venv
-from serving import FAULTS_FIXTURE, ServerProcess, make_tiny, server_env, start_server
+from serving import (
+    CHAT_MODEL,
+    CHAT_RECIPE,
+    FAULTS_FIXTURE,
+    PIPELINE_FIXTURE,
+    ServerProcess,
+    make_tiny,
+    server_env,
+    stage_processes,
+    start_server,
+)
 
 pytest_plugins = ["omni_core.testing"]
 
@@ -144,3 +154,39 @@ def fault_server(
     proc.chunk_log = chunk_log  # type: ignore[attr-defined]
     yield proc
     proc.kill()
+
+
+@pytest.fixture(scope="session")
+def chat_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The test pipeline plugin, pip-installed into a site of its own; on ``sys.path`` too, for
+    the reference (the same stage classes, called in the test's process)."""
+    from omni_core.testing.install import install_plugin
+
+    path = install_plugin(PIPELINE_FIXTURE, tmp_path_factory.mktemp("chat-site"))
+    sys.path.insert(0, str(path))
+    yield path
+    sys.path.remove(str(path))
+
+
+@pytest.fixture(scope="session")
+def chat_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("chat-make")
+    return make_tiny("fixture-pipeline", home / "tiny", home, (chat_site,))
+
+
+@pytest.fixture(scope="session")
+def chat_server(
+    chat_site: Path, chat_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """``omni serve`` of the test pipeline as ``chatty`` (serving.CHAT_RECIPE). Stopping it must
+    exit 0 and leave none of its stage processes behind."""
+    home = tmp_path_factory.mktemp("chat-home")
+    recipe = home / "chat.yaml"
+    recipe.write_text(CHAT_RECIPE)
+    running = start_server(["--model", f"{CHAT_MODEL}={chat_model}", "--recipe", recipe], home=home, sites=(chat_site,))
+    stages = stage_processes(running.proc.pid)
+    assert len(stages) == 3, stages  # each stage in a process of its own, as the recipe says
+    yield running
+    assert running.stop() == 0, running.stderr[-3000:]
+    assert "stopped" in running.stdout
+    assert not [pid for pid in stages if Path(f"/proc/{pid}").exists()], "a stage process outlived the server"

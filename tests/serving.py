@@ -208,3 +208,56 @@ def assert_error(response: Any, status: int, *mentions: str, param: str | None =
     assert "Traceback" not in response.text and 'File "' not in response.text
     assert response.headers["x-request-id"].startswith("req_")
     return error
+
+
+# -- a multi-stage model behind /v1/chat/completions --------------------------------------------------
+
+#: the three-stage test pipeline (tokens -> hidden -> wave) the chat tests serve
+PIPELINE_FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-pipeline"
+CHAT_MODEL = "chatty"
+CHAT_MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say something"}]
+#: the chat server's recipe: each stage its own process, streaming edges, and one request at
+#: a time (so a request that is not let go is seen at once, as a 429)
+CHAT_RECIPE = """\
+pipeline:
+  defaults: {placement: process}
+  edge_defaults: {window: 1}
+  max_requests: 1
+"""
+
+
+def post_chat(server: ServerProcess, body: dict[str, Any], **kwargs: Any) -> Any:
+    import httpx
+
+    return httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60, **kwargs)
+
+
+def chat_events(server: ServerProcess, body: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """A streamed answer's response and its server-sent events, in order (``[DONE]`` as a str)."""
+    import json
+
+    import httpx
+
+    got: list[Any] = []
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                data = line.removeprefix("data: ")
+                got.append(data if data == "[DONE]" else json.loads(data))
+    return r, got
+
+
+def stage_processes(pid: int) -> list[int]:
+    """The spawned processes (stage processes) of the process ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found

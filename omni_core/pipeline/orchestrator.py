@@ -95,6 +95,17 @@ class _Flight:
     letting_go: dict[str, float] = field(default_factory=dict)
 
 
+def _stop_quietly(handle: Any, timeout: float) -> None:
+    """Stop one stage at shutdown; a handle that fails to is killed (nothing is left running)."""
+    try:
+        handle.stop(timeout)
+    except Exception:
+        try:
+            handle.kill()
+        except Exception:
+            pass
+
+
 class RequestStream:
     """The outputs of one request, as the final stages make them. Iterate for
     :class:`StageOutput` chunks; :meth:`result` collects them all. Closing the stream early
@@ -244,8 +255,17 @@ class Pipeline:
             flights = list(self.flights.values())
         for flight in flights:
             self._fail(flight, RequestCancelled(f"request {flight.rid} was cancelled: the pipeline is shutting down"))
-        for name, handle in list(self.stages.items()):
-            handle.stop(self.resolved.stage(name).shutdown_timeout)
+        # every stage at once: a pipeline stops in its slowest stage's time, not in their sum
+        stoppers = [
+            threading.Thread(
+                target=_stop_quietly, args=(handle, self.resolved.stage(name).shutdown_timeout), daemon=True
+            )
+            for name, handle in list(self.stages.items())
+        ]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
         for executor in self.executors.values():
             try:
                 executor.close()

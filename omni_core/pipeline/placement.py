@@ -22,6 +22,7 @@ when installed; :class:`ResolvedPipeline` records which rule chose it, for
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ _DEFAULT_SAME_PROCESS = "inprocess"
 
 
 #: stage fields the model plugin declares (its topology); a recipe that sets one is told so
-_TOPOLOGY_FIELDS = ("name", "kind", "engine", "inputs", "emits", "final", "options")
+_TOPOLOGY_FIELDS = ("name", "kind", "engine", "inputs", "emits", "final", "sample_rate", "options")
 
 
 class StagePlacement(BaseModel):
@@ -478,6 +479,39 @@ def _connector_class(plugins: PluginSet, name: str, field: str) -> Any:
         raise _fix(field, f"{field}: {exc.message}") from None
 
 
+_OVERRIDE_EXAMPLES = "e.g. --stage hidden.placement=inprocess, --stage tokens.engine_options.seed=3"
+
+
+def parse_stage_overrides(values: list[str] | tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The command line's ``--stage STAGE.FIELD=VALUE`` settings as ``overrides`` (stage name ->
+    fields), which beat the recipe. ``VALUE`` is read as YAML (``3``, ``true``, ``[0, 1]``, a
+    word); ``FIELD`` may go deeper into a mapping field (``engine_options.seed``). Whether the
+    stage and the field exist is :func:`resolve_pipeline`'s to say, with the model at hand."""
+    import yaml  # type: ignore[import-untyped]
+
+    overrides: dict[str, dict[str, Any]] = {}
+    for text in values:
+        path, sep, raw = text.partition("=")
+        keys = path.strip().split(".")
+        if not sep or len(keys) < 2 or not all(keys):
+            raise _fix("--stage", f"--stage {text!r} is not STAGE.FIELD=VALUE ({_OVERRIDE_EXAMPLES})")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise _fix("--stage", f"--stage {text!r}: its value does not read as YAML ({problem}); quote it") from None
+        node = overrides.setdefault(keys[0], {})
+        for key in keys[1:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise _fix("--stage", f"--stage {text!r}: {key!r} was given a value already, so it has no fields")
+            node = child
+        if isinstance(node.get(keys[-1]), dict):
+            raise _fix("--stage", f"--stage {text!r}: {path!r} has fields given already; set those instead")
+        node[keys[-1]] = value
+    return overrides
+
+
 def load_placement(path: str | Path) -> PipelinePlacement:
     """The ``pipeline:`` section of a recipe file (empty when it has none)."""
     from omni_core.generation.recipe import load_recipe
@@ -532,6 +566,8 @@ def describe(resolved: ResolvedPipeline) -> str:
         lines.append(f"  {'':<{width}}  engine {s.engine}")
         timeouts = f"startup {s.startup_timeout:g} s, request {s.request_timeout:g} s, restarts {s.max_restarts}"
         lines.append(f"  {'':<{width}}  {timeouts}")
+        if s.engine_options:
+            lines.append(f"  {'':<{width}}  engine options {json.dumps(s.engine_options, sort_keys=True, default=str)}")
         given = [f"{k} ({v})" for k, v in s.sources.items() if v != "built-in"]
         if given:
             lines.append(f"  {'':<{width}}  set by: {', '.join(given)}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import abc
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -63,6 +64,14 @@ class StageEngine(abc.ABC):
         """Consume ``inputs`` (items of the upstream stage) and yield this stage's items for one
         request. ``params`` are the request's parameters for this stage. Raising fails the
         request (the stage keeps serving others)."""
+
+    def for_output(self, item: Any) -> Any:
+        """What a client gets of one item, when this stage is final: called in the stage's own
+        process, only for the edge to the output (downstream stages still get ``item``). Text
+        answers ``str`` pieces (a stage that emits token ids for its downstream stages
+        detokenizes here); audio answers 1-D float arrays or tensors of samples at the stage's
+        ``sample_rate``. Default: the item as it is."""
+        return item
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model."""
@@ -316,12 +325,13 @@ class StageLoop:
         edges = {e.target: e for e in self.pipeline.edges_from(self.stage.name)}
         targets = [edges[t] for t in request.targets]
         buffers: dict[str, list[Any]] = {e.target: [] for e in targets}
-        for item in self.engine.run(self._inputs(request), request.params):
+        engine = self.engine
+        for item in engine.run(self._inputs(request), request.params):
             if request.cancelled.is_set():
                 raise RequestCancelled
             for edge in targets:
                 buffer = buffers[edge.target]
-                buffer.append(item)
+                buffer.append(engine.for_output(item) if edge.target == OUTPUT else item)
                 if edge.window != -1 and len(buffer) >= edge.window:
                     self._send(request, edge, buffer, last=False)
                     buffers[edge.target] = []
@@ -397,6 +407,11 @@ def stage_process_main(conn: Any, pipeline_json: str, name: str) -> None:
         StageLoop(pipeline, name, channel).serve()
     finally:
         channel.close()
+    # the engine and the connectors are closed: skip the interpreter's teardown, which takes
+    # seconds with torch loaded, and which every stop and restart would wait for
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 __all__ = ["OUTPUT", "Channel", "Edge", "PipeChannel", "QueueChannel", "StageEngine", "StageLoop", "error_info"]

@@ -56,6 +56,9 @@ class StageDef(BaseModel):
     #: the output modality this stage's items answer (``text``, ``audio``, ``image``); None: an
     #: intermediate stage
     final: str | None = None
+    #: samples per second of the audio a stage final for ``audio`` answers (required there:
+    #: the server writes WAV and streams PCM at this rate)
+    sample_rate: int | None = Field(default=None, gt=0)
     #: engine options the model fixes (a recipe's ``engine_options`` for the stage go on top)
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -64,6 +67,11 @@ class StageDef(BaseModel):
         check_ref(self.engine)
         if "__" in self.name:  # an edge's key joins two names with "__"
             raise ValueError(f"stage name {self.name!r} holds '__', which edge keys use to join stage names")
+        if self.final == "audio" and self.sample_rate is None:
+            raise ValueError(
+                f"stage {self.name!r} is final for audio but declares no sample_rate: set it to the rate of "
+                "the samples its items hold"
+            )
         if len(self.inputs) > 1:
             raise ValueError(
                 f"stage {self.name!r} names {len(self.inputs)} inputs {list(self.inputs)}; a stage consumes "

@@ -48,6 +48,11 @@ from omni_core.server.jobs import VideoJobs, VideoRecord
 from omni_core.server.metrics import Metrics
 from omni_core.server.models import Model, ModelTable
 from omni_core.server.schemas import (
+    ChatAnswer,
+    ChatAudio,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionBody,
     ErrorResponse,
     Health,
     ImageData,
@@ -71,6 +76,7 @@ log = logging.getLogger("omni.serve")
 IMAGES = "/v1/images/generations"
 SPEECH = "/v1/audio/speech"
 VIDEOS = "/v1/videos"
+CHAT = "/v1/chat/completions"
 
 #: the OpenAI error ``type`` for each status
 ERROR_TYPES = {
@@ -481,7 +487,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         title="omni",
         version=__version__,
         summary="Every model omni runs, behind an OpenAI-compatible API.",
-        description="Images, speech and video from the models this server was started with (`GET /v1/models`).",
+        description="Images, speech, video and chat from the models this server was started with (`GET /v1/models`).",
         responses={},
         # the interactive pages load their scripts from a CDN; an offline server serves the schema itself
         docs_url=None,
@@ -548,6 +554,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                 task=m.task,
                 endpoints=list(m.endpoints),
                 voices=m.voices,
+                modalities=list(m.outputs),
                 status=m.state(),
             )
             for m in table.models.values()
@@ -671,6 +678,152 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                 headers[f"x-omni-{key.replace('_', '-')}"] = str(value)
             return Response(result.data, media_type=result.content_type, headers=headers)
         return await _stream_speech(state, model, request, speech_request, sse)
+
+    # -- chat -----------------------------------------------------------------------------
+
+    @app.post(
+        CHAT,
+        summary="Chat with a multi-stage model",
+        response_model=ChatCompletion,
+        responses={
+            **ERRORS,
+            200: {
+                "description": "The answer: text, and audio when modalities asks for it (base64 in the message); "
+                "with stream, server-sent events: text pieces, then audio chunks (base64 pcm16), then [DONE].",
+                "content": {"application/json": {}, "text/event-stream": {}},
+            },
+        },
+    )
+    async def chat_completions(body: ChatCompletionBody, request: Request) -> Response:
+        """An answer to a conversation in text and, with `modalities` ["text", "audio"], speech,
+        made by the model's stages in turn (a text-only request stops before the speech stages)."""
+        from omni_core.server import chat
+
+        model = table.for_route(body.model, CHAT)
+        _note(request, model=model.name)
+        assert model.omni is not None
+        topology = model.omni.pipeline.resolved.topology
+        messages = chat.conversation(model, body)
+        outputs = chat.outputs_asked(model, body)
+        params = chat.stage_params(topology.entry.name, topology.names, body)
+        audio_format = body.audio.format if body.audio is not None else "wav"
+        omni = model.omni
+        # a stage restarting after a fault is waited for (bounded) inside submit: off the event loop
+        stream = await asyncio.to_thread(omni.stream, messages, params=params, outputs=outputs)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        chat.pump(stream, loop, events)
+        deadline = time.monotonic() + config.request_timeout_s
+        started = time.perf_counter()
+
+        async def next_event(watch_hangup: bool) -> Any:
+            """The next chunk (or chat.END); the request's error raised; a hang-up or the
+            deadline cancels it everywhere it still runs."""
+            getter = asyncio.ensure_future(events.get())
+            watcher = asyncio.ensure_future(_disconnected(request)) if watch_hangup else None
+            waiting: set[asyncio.Future[Any]] = {getter, *([watcher] if watcher else [])}
+            try:
+                done, _ = await asyncio.wait(
+                    waiting, timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+            if getter in done:
+                event = getter.result()
+                if isinstance(event, OmniError):
+                    raise event
+                if isinstance(event, BaseException):
+                    raise _model_failure(model, event) from event
+                return event
+            getter.cancel()
+            if watcher is not None and watcher in done:
+                stream.cancel()
+                raise ClientDisconnected("the client disconnected before its answer was ready")
+            stream.cancel()
+            raise RequestCancelled(
+                f"the request ran past the server's deadline of {config.request_timeout_s:g} s (--request-timeout)"
+            )
+
+        if not body.stream:
+            text: list[str] = []
+            audio: list[Any] = []
+            try:
+                while (event := await next_event(watch_hangup=True)) is not chat.END:
+                    if event.modality == "text":
+                        text.extend(chat.text_piece(model, item) for item in event.items)
+                    elif event.modality == "audio":
+                        audio.append(chat.audio_chunk(model, event.items))
+            finally:
+                stream.cancel()  # a no-op once it ended; else (a bad item, a hang-up) it stops the stages
+                _note(request, run_s=time.perf_counter() - started)
+            answer = "".join(text)
+            sound = None
+            if "audio" in outputs:
+                from omni_core.speech.audio import Audio
+
+                whole = Audio.concatenate(audio) if audio else chat.audio_chunk(model, [])
+                sound = ChatAudio(
+                    id=f"audio_{stream.request_id}_{uuid.uuid4().hex[:8]}",
+                    data=chat.audio_b64(whole, audio_format),
+                    expires_at=chat.expires_at(),
+                    transcript=answer,
+                    sample_rate=whole.sample_rate,
+                )
+            message = ChatAnswer(content=answer if "text" in outputs else None, audio=sound)
+            completion = ChatCompletion(
+                id=chat.completion_id(),
+                created=int(time.time()),
+                model=model.name,
+                choices=[ChatChoice(message=message)],
+            )
+            return JSONResponse(completion.model_dump(mode="json"))
+
+        first = await next_event(watch_hangup=True)  # a failure before the first output is a proper error
+        completion_id = chat.completion_id()
+        created = int(time.time())
+        audio_id = f"audio_{stream.request_id}_{uuid.uuid4().hex[:8]}"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return chat.sse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model.name,
+                    "choices": [choice],
+                }
+            )
+
+        async def sse_body() -> AsyncIterator[bytes]:
+            event = first
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                while event is not chat.END:
+                    if event.modality == "text":
+                        piece = "".join(chat.text_piece(model, item) for item in event.items)
+                        yield chunk({"content": piece})
+                    elif event.modality == "audio":
+                        data = chat.audio_b64(chat.audio_chunk(model, event.items), "pcm16")
+                        yield chunk({"audio": {"id": audio_id, "data": data}})
+                    try:
+                        event = await next_event(watch_hangup=False)
+                    except Exception as exc:  # the answer has started: end it with an error event, log why
+                        log.error("chat stream %s failed: %s", _request_id(request), exc, exc_info=exc)
+                        message = exc.message if isinstance(exc, OmniError) else "the model failed mid-answer"
+                        yield chat.sse({"error": {"message": f"{message}; see the server log", "type": "server_error"}})
+                        return
+                yield chunk({}, "stop")
+                yield chat.sse("[DONE]")
+            finally:
+                stream.cancel()  # a hang-up closes this generator early: stop every stage still on it
+                _note(request, run_s=time.perf_counter() - started)
+
+        headers = {"Cache-Control": "no-store"}
+        if "audio" in outputs:
+            headers["x-omni-sample-rate"] = str(model.outputs.get("audio"))
+        return StreamingResponse(sse_body(), media_type="text/event-stream", headers=headers)
 
     # -- video ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from its flags (``omni serve --help`` documents each) or by Python callers direc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,6 +62,9 @@ class ServerConfig(BaseModel):
     drain_timeout_s: float = Field(default=30.0, ge=0)
     #: engine options for every model (attention backend, offload, dtype), as ``Omni(...)`` takes
     engine_options: dict[str, object] = Field(default_factory=dict)
+    #: stage settings of every multi-stage model served (stage -> fields, beating its recipe), as
+    #: ``Omni(stages=...)`` takes them; the CLI's ``--stage STAGE.FIELD=VALUE``
+    stages: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: show loading progress bars on the terminal (never per-request denoising bars)
     progress: bool = True
 

@@ -30,12 +30,14 @@ ENDPOINTS: dict[str, tuple[str, ...]] = {
     "text-to-video": ("/v1/videos",),
     "image-to-video": ("/v1/videos",),
     "speech": ("/v1/audio/speech",),
+    "chat": ("/v1/chat/completions",),
 }
 #: what a route calls the models it takes, for "model X is not a ... model"
 ROUTE_NOUNS = {
     "/v1/images/generations": "image",
     "/v1/videos": "video",
     "/v1/audio/speech": "speech",
+    "/v1/chat/completions": "chat",
 }
 
 
@@ -63,6 +65,8 @@ class Model:
     load_seconds: float = 0.0
     profile: GenerationProfile | None = None
     capabilities: TTSCapabilities | None = None
+    #: a multi-stage model's output modalities -> samples per second (None but for audio)
+    outputs: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -79,6 +83,10 @@ class Model:
     @property
     def provider(self) -> str:
         return self.identity.provider.split(" ")[0] or "omni"
+
+    @property
+    def multi_stage(self) -> bool:
+        return self.identity.modality == "pipeline"
 
     @property
     def voices(self) -> list[str]:
@@ -98,6 +106,11 @@ class Model:
     def state(self) -> str:
         if self.worker is not None and self.worker.fault is not None:
             return "failed"
+        if self.status == "ready" and self.multi_stage and self.omni is not None:
+            down = [f"stage {n!r} is {s}" for n, s in self.omni.pipeline.state.items() if s.startswith("down")]
+            if down:  # past its restarts: the pipeline cannot serve until the server restarts
+                self.error = "; ".join(down)
+                return "failed"
         return self.status
 
 
@@ -113,22 +126,47 @@ class ModelTable:
         nothing serves fails here, before the port is bound."""
         from omni_core.api import identify_model
 
+        multi_stage = 0
         for source in self.config.models:
+            outputs: dict[str, int | None] = {}
             try:
                 identity = identify_model(source.path, recipe=source.recipe)
+                if identity.modality == "pipeline":
+                    multi_stage += 1
+                    outputs = self._check_pipeline(source, identity)
             except OmniError as exc:
                 raise type(exc)(f"model {source.name!r} ({source.path}): {exc.message}") from None
-            if source.recipe is not None and identity.modality != "generation":
+            if source.recipe is not None and identity.modality == "speech":
                 raise RecipeError(
-                    f"model {source.name!r} ({source.path}) is {identity.describe()}; recipes set image and video "
-                    "models only: drop its --recipe"
+                    f"model {source.name!r} ({source.path}) is {identity.describe()}; recipes set image, video and "
+                    "multi-stage models only: drop its --recipe"
                 )
             if identity.task not in ENDPOINTS:
                 raise ModelNotServedError(
                     f"model {source.name!r} ({source.path}) is {identity.describe()}; no route of this server "
                     f"serves {identity.task!r} models yet"
                 )
-            self.models[source.name] = Model(source, identity)
+            self.models[source.name] = Model(source, identity, outputs=outputs)
+        if self.config.stages and not multi_stage:
+            raise RecipeError(
+                f"--stage sets stages of a multi-stage model, and none is served here (stages given: "
+                f"{sorted(self.config.stages)}); drop --stage"
+            )
+
+    def _check_pipeline(self, source: ModelSource, identity: ServedModel) -> dict[str, int | None]:
+        """The recipe's placement and ``--stage`` against the model's topology, before the port is
+        bound (no weights, no process): a mistake there fails ``omni serve`` at once. Returns
+        what the model answers: output modality -> sample rate (None but for audio)."""
+        from omni_core.pipeline.placement import plan_pipeline
+
+        recipe = identity.recipe
+        resolved = plan_pipeline(
+            source.path,
+            recipe=recipe.pipeline if recipe is not None else None,
+            overrides=self.config.stages or None,
+            model_class_name=recipe.model_class_name if recipe is not None else None,
+        )
+        return {s.final: s.sample_rate for s in resolved.topology.stages if s.final is not None}
 
     def load_all(self, make_worker: Any) -> None:
         """Load each model in turn (on the caller's thread); raise at the first that fails,
@@ -145,6 +183,10 @@ class ModelTable:
             options = {"progress": False, **self.config.engine_options}
             if model.source.recipe is not None:
                 options["recipe"] = model.source.recipe
+        elif model.multi_stage:
+            options = {"stages": self.config.stages or None}
+            if model.source.recipe is not None:
+                options["recipe"] = model.source.recipe
         try:
             omni = Omni(model.source.path, **options)
         except OmniError as exc:
@@ -156,12 +198,13 @@ class ModelTable:
         model.omni = omni
         if model.identity.modality == "speech":
             model.capabilities = omni.capabilities
-        else:
+        elif not model.multi_stage:
             entry = model.identity.resolution.entry if model.identity.resolution is not None else None
             if entry is not None:
                 model.profile = entry.load().profile_for(model.source.path)
-        model.worker = make_worker(model)
-        model.worker.start()
+        if not model.multi_stage:  # a pipeline queues and bounds its requests itself (max_requests)
+            model.worker = make_worker(model)
+            model.worker.start()
         model.load_seconds = time.perf_counter() - started
         model.status = "ready"
 

@@ -110,6 +110,97 @@ SpeechBody: type[BaseModel] = create_model(
 )
 
 
+# -- chat -------------------------------------------------------------------------------------
+
+
+class ChatContentPart(BaseModel):
+    """One part of a message's content; ``text`` parts are what a model reads (others are
+    refused by name until a model takes them)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = _JSON_BODY
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[ChatContentPart]
+    name: str | None = None
+
+
+class ChatAudioOptions(BaseModel):
+    model_config = _JSON_BODY
+
+    format: Literal["wav", "pcm16"] = Field(
+        default="wav", description="The answer's audio: a WAV file, or raw 16-bit PCM. Streams always send pcm16."
+    )
+    voice: str | None = Field(default=None, description='"default" (or left out): the model\'s own voice.')
+
+
+class ChatCompletionBody(BaseModel):
+    """`POST /v1/chat/completions`, for the models whose task is chat (multi-stage models that
+    answer text and speech). Sampling fields go to the model's first stage."""
+
+    model_config = _JSON_BODY
+
+    model: str | None = Field(
+        default=None, description="A served model's name (`GET /v1/models`). May be left out when one model chats."
+    )
+    messages: list[ChatMessage] = Field(min_length=1, description="The conversation, oldest first.")
+    modalities: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description='What to answer with: ["text"] (the default), ["text", "audio"], or what the model makes '
+        "(`GET /v1/models` lists each model's outputs). A text-only request stops before the speech stages.",
+    )
+    audio: ChatAudioOptions | None = None
+    stream: bool = Field(default=False, description="Server-sent events: text pieces, then audio chunks, as made.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Most tokens of the text answer.")
+    max_completion_tokens: int | None = Field(
+        default=None, ge=1, description="The same as max_tokens (its newer name)."
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    stage_params: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="omni's own: parameters per stage by name, on top of the sampling fields (see the model's page).",
+    )
+
+
+class ChatAudio(BaseModel):
+    id: str
+    #: base64 of the whole answer's audio, in the requested format
+    data: str
+    expires_at: int
+    transcript: str
+    #: samples per second (omni's own field; the format's header says it too for wav)
+    sample_rate: int
+
+
+class ChatAnswer(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    audio: ChatAudio | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatAnswer
+    finish_reason: Literal["stop"] = "stop"
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+
+
 class ErrorDetail(BaseModel):
     message: str
     type: str
@@ -146,6 +237,8 @@ class ModelCard(BaseModel):
     endpoints: list[str]
     #: selectable voices (speech); empty: only "default"
     voices: list[str] = Field(default_factory=list)
+    #: what a chat model answers with (its output modalities)
+    modalities: list[str] = Field(default_factory=list)
     status: Literal["loading", "ready", "failed"] = "ready"
 
 

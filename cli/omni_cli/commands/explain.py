@@ -193,20 +193,29 @@ def explain_model_cmd(
     )
 
 
+#: ``--stage``'s help, the same wherever a command places a pipeline's stages
+STAGE_HELP = (
+    "A stage's setting, beating the recipe: STAGE.FIELD=VALUE, VALUE read as YAML "
+    "(hidden.placement=inprocess, tokens.engine_options.seed=3). Repeatable."
+)
+
+
 @app.command("pipeline")
 def explain_pipeline_cmd(
     model: Path = typer.Option(..., "--model", help="Checkpoint directory of a pipeline model."),
     recipe: Path | None = typer.Option(None, "--recipe", help="Recipe YAML whose pipeline: section places the stages."),
+    stage: list[str] = typer.Option([], "--stage", metavar="STAGE.FIELD=VALUE", help=STAGE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """The resolved stage graph of a pipeline model: each stage's engine and placement, each
     edge's connector and why, without loading a weight or starting a process."""
     from omni_core.errors import OmniError
-    from omni_core.pipeline.placement import describe, plan_pipeline
+    from omni_core.pipeline.placement import describe, parse_stage_overrides, plan_pipeline
     from omni_core.plugins import load_plugins
 
     try:
-        resolved = plan_pipeline(model, recipe=recipe, plugins=load_plugins())
+        overrides = parse_stage_overrides(stage) or None
+        resolved = plan_pipeline(model, recipe=recipe, plugins=load_plugins(), overrides=overrides)
     except (OmniError, ValueError) as exc:
         raise fail_with(exc) from None
     if as_json:

@@ -72,14 +72,27 @@ def serve(
         [], "--offload", metavar="STRATEGY", help="Offload strategy of every image and video model."
     ),
     dtype: str | None = typer.Option(None, "--dtype", help="Compute dtype of every image and video model."),
+    stage: list[str] = typer.Option(
+        [],
+        "--stage",
+        metavar="STAGE.FIELD=VALUE",
+        help="A stage's setting for every multi-stage model served, beating its recipe: STAGE.FIELD=VALUE, VALUE "
+        "read as YAML (hidden.placement=inprocess). Repeatable; omni explain pipeline --stage shows the result.",
+    ),
 ) -> None:
-    """Serve models behind an OpenAI-compatible API (images, speech, video), with a playground at /."""
+    """Serve models behind an OpenAI-compatible API (images, speech, video, chat), with a playground at /."""
     from omni_core.config import server_api_key
+    from omni_core.errors import OmniError
+    from omni_core.pipeline.placement import parse_stage_overrides
     from omni_core.server import ModelSource, ServerConfig
     from omni_core.server.runner import check_extras
     from omni_core.server.runner import serve as run_server
 
     check_extras()  # before making the embedded defaults: the fix comes first
+    try:
+        stages = parse_stage_overrides(stage)
+    except OmniError as exc:
+        raise fail(exc.message + " (see omni serve --help)", 2) from None
     sources = _sources(model, recipe)
     engine: dict[str, Any] = {}
     if attention_backend:
@@ -108,6 +121,7 @@ def serve(
             max_jobs=max_jobs,
             drain_timeout_s=drain_timeout,
             engine_options=engine,
+            stages=stages,
         )
     except ValueError as exc:  # pydantic's ValidationError: worded as every omni error is
         from pydantic import ValidationError

@@ -1,0 +1,138 @@
+"""The fault battery, part 6: a multi-stage model behind ``omni serve`` (``POST
+/v1/chat/completions``) and ``--stage`` overrides. Every row runs a real server process (the
+test pipeline, tests/fixtures/plugins/omni-fixture-pipeline, each stage in its own process) or
+the real ``omni`` command, and checks what a client or an operator gets: the status, the one
+error shape naming the field and the fix, never a stack trace, and a pipeline that goes on
+serving afterwards."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serving import (
+    CHAT_MESSAGES,
+    OMNI,
+    ServerProcess,
+    assert_error,
+    chat_events,
+    post_chat,
+    server_env,
+)
+
+NEEDED = ("fastapi", "torch", "httpx", "openai", "omni_plugin_connectors")
+MISSING = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: the serve extra, torch and the connectors"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "mention", "param"),
+    [
+        pytest.param({"modalities": ["image"]}, 400, "cannot answer with 'image'", "modalities", id="chat-modality"),
+        pytest.param({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+                     400, "reads text only", "messages[0].content", id="chat-audio-part"),
+        pytest.param({"audio": {"voice": "alloy"}, "modalities": ["audio"]}, 400, "no selectable voices",
+                     "audio.voice", id="chat-voice"),
+        pytest.param({"audio": {"format": "mp3"}}, 400, "audio.format", "audio.format", id="chat-audio-format"),
+        pytest.param({"stage_params": {"talker": {}}}, 400, "this model's stages are tokens, hidden, wave",
+                     "stage_params", id="chat-unknown-stage"),
+        pytest.param({"messages": []}, 400, "messages", "messages", id="chat-no-messages"),
+        pytest.param({"max_tokens": 0}, 400, "max_tokens", "max_tokens", id="chat-max-tokens-zero"),
+        pytest.param({"logprobs": True}, 400, "unknown field 'logprobs'", "logprobs", id="chat-unknown-field"),
+        pytest.param({"model": "nope"}, 404, "'nope' is not served", "model", id="chat-unknown-model"),
+    ],
+)  # fmt: skip
+def test_bad_chat_requests_are_4xx_naming_the_field(
+    chat_server: ServerProcess, body: dict[str, Any], status: int, mention: str, param: str
+) -> None:
+    assert_error(post_chat(chat_server, {"messages": CHAT_MESSAGES, **body}), status, mention, param=param)
+
+
+def test_a_stage_failing_before_the_answer_is_an_error_naming_it(chat_server: ServerProcess) -> None:
+    body = {"messages": CHAT_MESSAGES, "max_tokens": 3, "stage_params": {"tokens": {"fail_after": 0}}}
+    assert_error(post_chat(chat_server, body), 503, "stage 'tokens' failed", "told to fail after 0 item(s)")
+    assert post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 2}).status_code == 200
+
+
+def test_a_stage_failing_mid_stream_ends_the_stream_with_an_error_event(chat_server: ServerProcess) -> None:
+    body = {"messages": CHAT_MESSAGES, "max_tokens": 8, "modalities": ["text", "audio"]}
+    response, got = chat_events(chat_server, {**body, "stage_params": {"wave": {"fail_after": 2}}})
+    assert response.status_code == 200  # the answer had started: its end says what happened
+    assert "[DONE]" not in got
+    assert "stage 'wave' failed" in got[-1]["error"]["message"]
+    assert sum("audio" in c["choices"][0]["delta"] for c in got[:-1]) == 2
+    assert post_chat(chat_server, body).status_code == 200  # and the pipeline goes on serving
+
+
+def test_a_client_hanging_up_mid_stream_lets_the_request_go(chat_server: ServerProcess) -> None:
+    import httpx
+
+    slow = {"messages": CHAT_MESSAGES, "max_tokens": 40, "stage_params": {"tokens": {"delay_s": 0.5}}}
+    url = chat_server.url + "/v1/chat/completions"
+    with httpx.stream("POST", url, json={**slow, "stream": True}, timeout=60) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"role"' not in line:
+                break  # the first piece of text: hang up
+    # max_requests is 1: the next request is refused (429) until the pipeline let the first go,
+    # which it does at its next item (0.5 s), not after the 20 s the whole answer takes
+    deadline = time.monotonic() + 10
+    while (answer := post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 2})).status_code == 429:
+        assert time.monotonic() < deadline, "the hung-up request still holds the pipeline"
+        time.sleep(0.2)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_full_pipeline_answers_429(chat_server: ServerProcess) -> None:
+    slow = {"messages": CHAT_MESSAGES, "max_tokens": 6, "stage_params": {"tokens": {"delay_s": 0.3}}}
+    first: list[Any] = []
+    worker = threading.Thread(target=lambda: first.append(post_chat(chat_server, slow)))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while (busy := post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 1})).status_code != 429:
+            assert time.monotonic() < deadline, "the second request was never refused"
+        assert_error(busy, 429, "max_requests")
+    finally:
+        worker.join(30)
+    assert first[0].status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("stage", "mentions"),
+    [
+        pytest.param("talker.placement=inprocess", ("--stage talker: no such stage", "'tokens', 'hidden', 'wave'"),
+                     id="stage-unknown-stage"),
+        pytest.param("hidden.engine=x:Y", ("'engine' is the model's to declare",), id="stage-field-of-the-model"),
+        pytest.param("hidden.placement=nowhere", ("placement", "nowhere"), id="stage-unknown-placement"),
+        pytest.param("hidden", ("is not STAGE.FIELD=VALUE",), id="stage-not-field-value"),
+        pytest.param("hidden.placement=[a", ("does not read as YAML",), id="stage-value-not-yaml"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["serve", "explain"])
+def test_a_bad_stage_override_is_refused_before_anything_starts(
+    chat_site: Path, chat_model: Path, tmp_path: Path, stage: str, mentions: tuple[str, ...], command: str
+) -> None:
+    args = {
+        "serve": ["serve", "--model", chat_model, "--port", "1"],
+        "explain": ["explain", "pipeline", "--model", chat_model],
+    }[command]
+    result = subprocess.run(
+        [OMNI, *args, "--stage", stage],
+        env=server_env(tmp_path, sites=(chat_site,)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode in (1, 2), result.stdout + result.stderr
+    for mention in mentions:
+        assert mention in result.stderr, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr and "listening" not in result.stdout
