@@ -14,8 +14,9 @@ else, into a directory, pip-installs it for real (into a private ``--target`` si
   holds the package's files, as the plugin's own checkout would. So the TTS adapter speaks on
   its own tiny checkpoint, the image family makes a tiny checkpoint and generates (and refuses
   a bad option), the attention backend is chosen, agrees with the reference attention and runs
-  a model, the command runs, and the connector moves payloads (across a spawned process too,
-  in the conformance kit) and refuses what its contract says it must.
+  a model, the command runs, the connector moves payloads (across a spawned process too,
+  in the conformance kit) and refuses what its contract says it must, and the executor runs
+  the conformance kit's pipeline in processes of its own, with the options a recipe gives it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ PAGES = {
     ),
     "docs/authoring/commands.md": ("omni-plugin-hello", "hello", "command: hello"),
     "docs/authoring/connectors.md": ("omni-plugin-spool", "spool", "connector: spool"),
+    "docs/authoring/executors.md": ("omni-plugin-popen", "popen", "executor: popen"),
 }
 _TITLED = re.compile(r'^```\w+ title="([^"/][^"]*)"\n(.*?)^```', re.M | re.S)
 

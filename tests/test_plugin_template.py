@@ -38,6 +38,7 @@ from omni_core.manifest import parse_manifest
 from omni_core.plugins import compare_with_manifest
 from omni_core.registry import REGISTRAR_TYPES, Provider, Registered
 from omni_core.testing import CAPABILITY_CHECKS
+from omni_core.testing.executors import STAGES, expected_words, kit_pipeline, kit_request
 
 KINDS = tuple(KIND_CHOICES)
 PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}")
@@ -86,7 +87,7 @@ def test_unknown_kind_is_refused_with_the_choices(tmp_path: Path) -> None:
     result = cli(tmp_path, "new-plugin", "--kind", "widget", "acme", "-o", tmp_path / "out")
     assert result.returncode != 0
     assert "unknown kind 'widget'" in result.stderr
-    assert "choose one of: model, tts, attention, platform, connector, offloader" in result.stderr
+    assert "choose one of: model, tts, attention, platform, connector, offloader, executor" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -199,8 +200,9 @@ def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[s
         if hook is not None:
             hook(registry=registrar)
     assert compare_with_manifest(manifest, registrars) == []
-    # it uses omni_core.declared, new in plugin API 1.1; a connector is a Connector subclass, new in 1.2
-    assert manifest.omni_api == (">=1.2,<2" if kind == "connector" else ">=1.1,<2")
+    # it uses omni_core.declared, new in plugin API 1.1; a connector is a Connector subclass, and
+    # the executor kind is new, in 1.2
+    assert manifest.omni_api == (">=1.2,<2" if kind in ("connector", "executor") else ">=1.1,<2")
     for declared in manifest.provides:  # references point into the package and stay lazy
         assert declared.ref.startswith(f"{values['package']}.")
         assert declared.ref.partition(":")[0] not in sys.modules
@@ -311,6 +313,154 @@ def test_kit_checks_a_connector_by_moving_payloads(
 
     [plain] = check(entry, object)
     assert "is not a subclass of omni_core.pipeline.connector.Connector: subclass it" in plain
+
+
+#: executors that break the contract where it is easy to, beside two that keep it (the core's
+#: own, subclassed to get a name of their own): a module of its own, so the kit imports it by name
+_CARELESS_EXECUTOR = """
+import os
+
+from omni_core.pipeline.executor import ExecutorOptions, InProcessExecutor, ProcessExecutor
+from {package}.executor import {prefix}Executor, {prefix}Stage
+
+
+class Spawned(ProcessExecutor):
+    pass
+
+
+class Threaded(InProcessExecutor):
+    pass
+
+
+class Placed(ProcessExecutor):
+    pass
+
+
+class Pathless({prefix}Executor):
+    def environment(self, stage):
+        env = super().environment(stage)
+        env.pop("PYTHONPATH", None)  # the stages do not see this process's sys.path
+        return env
+
+
+class MisnamedStage({prefix}Stage):
+    def start(self):
+        super().start()
+        self.pid = os.getpid()  # names the orchestrator's process, not the stage's
+
+
+class LingeringStage({prefix}Stage):
+    def stop(self, timeout):
+        pass  # never ends the stage
+
+
+class Misnamed({prefix}Executor):
+    def launch(self, stage):
+        handle = super().launch(stage)
+        handle.__class__ = MisnamedStage
+        return handle
+
+
+class NeedsAddress(ExecutorOptions):
+    address: str
+
+
+class Unconfigurable({prefix}Executor):
+    options_type = NeedsAddress  # a recipe without options cannot build it
+
+
+class Lingering({prefix}Executor):
+    def launch(self, stage):
+        handle = super().launch(stage)
+        handle.__class__ = LingeringStage
+        return handle
+
+    def close(self):
+        pass  # leaves what the stages left
+"""
+
+
+@pytest.fixture
+def executor_modules(rendered_here: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The rendered executor's module and the careless ones, importable by name here and in the
+    processes the kit starts (which get this process's sys.path)."""
+    values = placeholders("executor", plugin_name("executor"))
+    package = values["package"]
+    text = _CARELESS_EXECUTOR.format(package=package, prefix=values["class_prefix"])
+    (tmp_path / "careless_executor.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(rendered_here["executor"]))
+    for module in [m for m in sys.modules if m.split(".")[0] in (package, "careless_executor")]:
+        monkeypatch.delitem(sys.modules, module)
+    return importlib.import_module(f"{package}.executor"), importlib.import_module("careless_executor")
+
+
+def test_kit_checks_an_executor_by_running_a_pipeline(executor_modules: Any, omni_isolated: Path) -> None:
+    """The kit's executor check runs its two-stage pipeline on the executor (a request, a killed
+    stage restarted, a close): the rendered subprocess executor and the core's own pass; what a
+    broken one gets wrong is named: stages that do not see this process's sys.path, a handle
+    naming the wrong process, a stop that leaves the stage running, options a recipe cannot leave
+    out, the class to subclass, a name of the core's own."""
+    rendered, careless = executor_modules
+    check = CAPABILITY_CHECKS[Kind.EXECUTOR]
+    name = plugin_name("executor")
+    cls = getattr(rendered, f"{placeholders('executor', name)['class_prefix']}Executor")
+    assert check(_registered(Kind.EXECUTOR, name, f"{cls.__module__}:{cls.__name__}"), cls) == []
+    for good in ("Spawned", "Threaded"):
+        entry = _registered(Kind.EXECUTOR, f"acme-{good.lower()}", f"careless_executor:{good}")
+        assert check(entry, getattr(careless, good)) == [], good
+
+    def problems(attr: str) -> str:
+        entry = _registered(Kind.EXECUTOR, name, f"careless_executor:{attr}")
+        return "\n".join(check(entry, getattr(careless, attr)))
+
+    pathless = problems("Pathless")
+    assert f"executor {name!r}: the kit's pipeline did not start on it: PipelineStartError: stage" in pathless
+    assert "unknown connector 'omni-kit-inline'" in pathless
+    assert "the stages must see this process's sys.path, e.g. as PYTHONPATH" in pathless
+    misnamed = problems("Misnamed")
+    for stage in STAGES:
+        assert f"stage {stage!r}: its handle's pid is {os.getpid()}, but the stage runs in pid" in misnamed
+    lingering = problems("Lingering")
+    assert lingering.count("alive() is still True after the pipeline closed") == len(STAGES), lingering
+    assert "stop(timeout) ends the stage" in lingering
+
+    [unconfigurable] = problems("Unconfigurable").splitlines()
+    assert "options_type (NeedsAddress) does not build from no options (it needs ['address'])" in unconfigurable
+
+    [plain] = check(_registered(Kind.EXECUTOR, name, "careless_executor:os"), object)
+    assert "must be a subclass of omni_core.pipeline.executor.StageExecutor" in plain
+    [builtin] = check(_registered(Kind.EXECUTOR, "process", "careless_executor:Placed"), careless.Placed)
+    assert "'process' is the core's own placement; register the executor under another name" in builtin
+
+
+def test_the_rendered_executor_runs_a_pipeline_request(executor_modules: Any, omni_isolated: Path) -> None:
+    """One request through the kit's pipeline on the rendered executor, its options applied: each
+    stage in a process of its own, with the environment and priority the recipe gives it."""
+    rendered, _ = executor_modules
+    cls = getattr(rendered, f"{placeholders('executor', plugin_name('executor'))['class_prefix']}Executor")
+    options = {"env": {"ACME_RUN": "shared"}}
+    stage_options = {STAGES[1]: {"env": {"ACME_STAGE": "downstream"}, "nice": 3}}
+    with kit_pipeline(cls, options=options, stage_options=stage_options) as pipeline:
+        handles = dict(pipeline.stages)
+        run = kit_request(pipeline, env=("ACME_RUN", "ACME_STAGE"))
+    assert run.words == expected_words()
+    source, target = (run.facts[stage] for stage in STAGES)
+    pids = {source["pid"], target["pid"]}
+    assert pids == {handles[s].pid for s in STAGES} and len(pids) == len(STAGES) and os.getpid() not in pids
+    assert source["env"] == {"ACME_RUN": "shared", "ACME_STAGE": None}
+    assert target["env"] == {"ACME_RUN": "shared", "ACME_STAGE": "downstream"}
+    assert target["nice"] == min(source["nice"] + 3, 19)
+    assert not any(handle.alive() for handle in handles.values())
+
+
+def test_the_kits_own_transport_keeps_the_connector_contract() -> None:
+    """The connector the executor check's stages use passes the connector check (across a
+    spawned process too)."""
+    from omni_core.testing.executors import KIT_CONNECTOR, KitConnector
+
+    ref = "omni_core.testing.executors:KitConnector"
+    assert CAPABILITY_CHECKS[Kind.CONNECTOR](_registered(Kind.CONNECTOR, KIT_CONNECTOR, ref), KitConnector) == []
 
 
 def test_kit_checks_an_image_family_against_the_contract() -> None:

@@ -28,6 +28,10 @@ ModelRegistrar(Provider(...)); registrar.register(...)``), then ``plugin_set_of(
 A second plugin beside yours (a fixture of your tests): :func:`install_plugin` pip-installs its
 source tree into a site directory of the test's own.
 
+Executors: :mod:`omni_core.testing.executors` has the kit's two-stage pipeline (plain Python,
+no torch), ``kit_pipeline`` to run it on an executor with its options and ``kit_request`` to
+send a request and see where each stage ran.
+
 Fixtures: ``omni_isolated`` gives a test a private config and cache directory and clears
 every ``OMNI_*`` filter variable, so the user's own settings never leak into a test.
 """

@@ -33,6 +33,7 @@ KIND_CHOICES: dict[str, Kind] = {
     "platform": Kind.PLATFORM,
     "connector": Kind.CONNECTOR,
     "offloader": Kind.OFFLOADER,
+    "executor": Kind.EXECUTOR,
 }
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
