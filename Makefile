@@ -27,7 +27,7 @@ types: setup
 
 # The core's tests, then each plugin's own suite in its own pytest run (as its authors run it).
 pytest: setup
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=25
 	@for dir in omni_plugins/*/tests; do echo "== $$dir"; $(BIN)/pytest $$dir || exit 1; done
 
 # The core's tests again in an environment without torch (tox.ini, env "core").

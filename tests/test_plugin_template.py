@@ -426,7 +426,7 @@ def test_kit_checks_an_executor_by_running_a_pipeline(executor_modules: Any, omn
     assert "stop(timeout) ends the stage" in lingering
 
     [unconfigurable] = problems("Unconfigurable").splitlines()
-    assert "options_type (NeedsAddress) does not build from no options (it needs ['address'])" in unconfigurable
+    assert "options_type (NeedsAddress) does not build from no options (address: Field required)" in unconfigurable
 
     [plain] = check(_registered(Kind.EXECUTOR, name, "careless_executor:os"), object)
     assert "must be a subclass of omni_core.pipeline.executor.StageExecutor" in plain

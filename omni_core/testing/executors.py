@@ -281,6 +281,8 @@ def class_problems(name: str, ref: str, obj: Any) -> list[str]:
 
     from pydantic import ValidationError
 
+    from omni_core.errors import validation_problems
+
     label = f"executor {name!r}"
     if not (inspect.isclass(obj) and issubclass(obj, StageExecutor)):
         return [f"{label}: {ref} must be a subclass of omni_core.pipeline.executor.StageExecutor"]
@@ -296,9 +298,9 @@ def class_problems(name: str, ref: str, obj: Any) -> list[str]:
         try:
             value()
         except ValidationError as exc:
-            fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+            needs = "; ".join(validation_problems(exc, model=value))
             problems.append(
-                f"{label}: {attr} ({value.__name__}) does not build from no options (it needs {fields}); give every "
+                f"{label}: {attr} ({value.__name__}) does not build from no options ({needs}); give every "
                 "option a default: a recipe that places a stage on the executor without options builds it from {}"
             )
     if name in BUILTIN_EXECUTORS:
