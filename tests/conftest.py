@@ -175,9 +175,7 @@ def chat_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="session")
-def chat_server(
-    chat_site: Path, chat_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
+def chat_server(chat_site: Path, chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """``omni serve`` of the test pipeline as ``chatty`` (serving.CHAT_RECIPE). Stopping it must
     exit 0 and leave none of its stage processes behind."""
     home = tmp_path_factory.mktemp("chat-home")

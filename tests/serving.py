@@ -216,6 +216,24 @@ def assert_error(response: Any, status: int, *mentions: str, param: str | None =
 PIPELINE_FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-pipeline"
 CHAT_MODEL = "chatty"
 CHAT_MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say something"}]
+#: what the chat tests need installed: the serve extra, torch and the connectors plugin
+CHAT_NEEDS = ("fastapi", "torch", "httpx", "openai", "omni_plugin_connectors")
+
+
+def chat_marks() -> list[Any]:
+    """The chat test modules' ``pytestmark``: slow, and skipped, naming what is missing, where
+    the environment lacks what they need (the core-only tox env)."""
+    import importlib.util
+
+    import pytest
+
+    missing = [m for m in CHAT_NEEDS if importlib.util.find_spec(m) is None]
+    return [
+        pytest.mark.slow,
+        pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}: the serve extra, torch, the connectors"),
+    ]
+
+
 #: the chat server's recipe: each stage its own process, streaming edges, and one request at
 #: a time (so a request that is not let go is seen at once, as a 429)
 CHAT_RECIPE = """\

@@ -7,9 +7,7 @@ serving afterwards."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,17 +19,12 @@ from serving import (
     ServerProcess,
     assert_error,
     chat_events,
+    chat_marks,
     post_chat,
     server_env,
 )
 
-NEEDED = ("fastapi", "torch", "httpx", "openai", "omni_plugin_connectors")
-MISSING = [m for m in NEEDED if importlib.util.find_spec(m) is None]
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: the serve extra, torch and the connectors"),
-]
+pytestmark = chat_marks()
 
 
 @pytest.mark.parametrize(
@@ -92,18 +85,18 @@ def test_a_client_hanging_up_mid_stream_lets_the_request_go(chat_server: ServerP
 
 
 def test_a_full_pipeline_answers_429(chat_server: ServerProcess) -> None:
-    slow = {"messages": CHAT_MESSAGES, "max_tokens": 6, "stage_params": {"tokens": {"delay_s": 0.3}}}
-    first: list[Any] = []
-    worker = threading.Thread(target=lambda: first.append(post_chat(chat_server, slow)))
-    worker.start()
-    try:
-        deadline = time.monotonic() + 10
-        while (busy := post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 1})).status_code != 429:
-            assert time.monotonic() < deadline, "the second request was never refused"
-        assert_error(busy, 429, "max_requests")
-    finally:
-        worker.join(30)
-    assert first[0].status_code == 200
+    import httpx
+
+    # The slow request is admitted once its first event arrives; only then is the second sent,
+    # so which of the two holds the one slot is never a race.
+    slow = {"messages": CHAT_MESSAGES, "max_tokens": 12, "stream": True, "stage_params": {"tokens": {"delay_s": 0.5}}}
+    with httpx.stream("POST", chat_server.url + "/v1/chat/completions", json=slow, timeout=60) as held:
+        lines = held.iter_lines()
+        assert held.status_code == 200
+        assert next(line for line in lines if line.startswith("data: "))
+        assert_error(post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 1}), 429, "max_requests")
+        assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+    assert post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 1}).status_code == 200
 
 
 @pytest.mark.parametrize(

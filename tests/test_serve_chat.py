@@ -8,7 +8,6 @@ server-sent events. What a client gets when things go wrong: tests/test_faults_c
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import json
 import subprocess
@@ -17,13 +16,13 @@ import wave
 from pathlib import Path
 from typing import Any
 
-import pytest
 from serving import (
     CHAT_MESSAGES,
     CHAT_MODEL,
     OMNI,
     ServerProcess,
     chat_events,
+    chat_marks,
     client,
     post_chat,
     server_env,
@@ -31,13 +30,7 @@ from serving import (
     start_server,
 )
 
-NEEDED = ("fastapi", "torch", "httpx", "openai", "omni_plugin_connectors")
-MISSING = [m for m in NEEDED if importlib.util.find_spec(m) is None]
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: the serve extra, torch and the connectors"),
-]
+pytestmark = chat_marks()
 
 
 def reference(model_dir: Path, max_tokens: int, messages: list[dict[str, str]] = CHAT_MESSAGES) -> dict[str, Any]:

@@ -389,6 +389,39 @@ async def _disconnected(request: Request) -> None:
             return
 
 
+async def _wait_for_model(
+    waiting: set[asyncio.Future[Any]],
+    request: Request,
+    deadline: float,
+    stop: Callable[[str], None],
+    *,
+    deadline_s: float,
+    watch_hangup: bool = True,
+    before: str = "its answer was ready",
+) -> set[asyncio.Future[Any]]:
+    """The futures of ``waiting`` that finished first. When the client hangs up first (where
+    ``watch_hangup``: a streaming response watches for it itself once it has started) or the
+    ``deadline`` (a ``time.monotonic()`` time) passes, ``stop(reason)`` cancels the work
+    wherever it still runs and the cause is raised, named."""
+    watcher = asyncio.ensure_future(_disconnected(request)) if watch_hangup else None
+    try:
+        done, _ = await asyncio.wait(
+            {*waiting, *([watcher] if watcher else [])},
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    if done & waiting:
+        return done & waiting
+    if watcher is not None and watcher in done:
+        stop("the client disconnected")
+        raise ClientDisconnected(f"the client disconnected before {before}")
+    stop("the request ran past the server's deadline (--request-timeout)")
+    raise RequestCancelled(f"the request ran past the server's deadline of {deadline_s:g} s (--request-timeout)")
+
+
 async def run_on_model(
     state: ServerState, model: Model, request: Request, run: Callable[[Job], Any], **job_fields: Any
 ) -> Any:
@@ -399,26 +432,18 @@ async def run_on_model(
     model.worker.submit(job)
     _note(request, model=model.name)
     timeout = state.config.request_timeout_s
-    watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        done, _ = await asyncio.wait({job.future, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await _wait_for_model({job.future}, request, time.monotonic() + timeout, job.token.cancel, deadline_s=timeout)
     finally:
-        watcher.cancel()
-    _note(request, queue_s=job.queue_seconds, run_s=job.run_seconds, batch=job.batch_size)
-    state.metrics.queue_time.labels(model.name).observe(job.queue_seconds)
-    if job.future in done:
-        if job.started is not None:
-            state.metrics.run_time.labels(model.name).observe(job.run_seconds)
-        error = job.future.exception()
-        if error is not None and not isinstance(error, OmniError):
-            # a plugin's own failure: this request fails (500), named; the cause goes to the log
-            raise _model_failure(model, error) from error
-        return job.future.result()
-    if watcher in done:
-        job.token.cancel("the client disconnected")
-        raise ClientDisconnected("the client disconnected before its answer was ready")
-    job.token.cancel(f"the request ran past the server's deadline of {timeout:g} s (--request-timeout)")
-    raise RequestCancelled(f"the request ran past the server's deadline of {timeout:g} s (--request-timeout)")
+        _note(request, queue_s=job.queue_seconds, run_s=job.run_seconds, batch=job.batch_size)
+        state.metrics.queue_time.labels(model.name).observe(job.queue_seconds)
+    if job.started is not None:
+        state.metrics.run_time.labels(model.name).observe(job.run_seconds)
+    error = job.future.exception()
+    if error is not None and not isinstance(error, OmniError):
+        # a plugin's own failure: this request fails (500), named; the cause goes to the log
+        raise _model_failure(model, error) from error
+    return job.future.result()
 
 
 def _model_failure(model: Model, error: BaseException) -> ModelRuntimeError:
@@ -720,30 +745,20 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
             """The next chunk (or chat.END); the request's error raised; a hang-up or the
             deadline cancels it everywhere it still runs."""
             getter = asyncio.ensure_future(events.get())
-            watcher = asyncio.ensure_future(_disconnected(request)) if watch_hangup else None
-            waiting: set[asyncio.Future[Any]] = {getter, *([watcher] if watcher else [])}
-            try:
-                done, _ = await asyncio.wait(
-                    waiting, timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
-            if getter in done:
-                event = getter.result()
-                if isinstance(event, OmniError):
-                    raise event
-                if isinstance(event, BaseException):
-                    raise _model_failure(model, event) from event
-                return event
-            getter.cancel()
-            if watcher is not None and watcher in done:
+
+            def stop(reason: str) -> None:
+                getter.cancel()
                 stream.cancel()
-                raise ClientDisconnected("the client disconnected before its answer was ready")
-            stream.cancel()
-            raise RequestCancelled(
-                f"the request ran past the server's deadline of {config.request_timeout_s:g} s (--request-timeout)"
+
+            await _wait_for_model(
+                {getter}, request, deadline, stop, deadline_s=config.request_timeout_s, watch_hangup=watch_hangup
             )
+            event = getter.result()
+            if isinstance(event, OmniError):
+                raise event
+            if isinstance(event, BaseException):
+                raise _model_failure(model, event) from event
+            return event
 
         if not body.stream:
             text: list[str] = []
@@ -948,30 +963,30 @@ async def _stream_speech(
 
     async def next_chunk(watch_hangup: bool = False) -> Any:
         getter = asyncio.ensure_future(chunks.get())
+
+        def stop(reason: str) -> None:
+            getter.cancel()
+            job.token.cancel(reason)
+
         # before the answer starts, a hang-up is ours to see (then the response watches for it)
-        watcher = asyncio.ensure_future(_disconnected(request)) if watch_hangup else None
-        waiting: set[asyncio.Future[Any]] = {getter, job.future, *([watcher] if watcher else [])}
-        remaining = max(0.0, deadline - time.monotonic())
-        try:
-            finished, _ = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if watcher is not None:
-                watcher.cancel()
+        finished = await _wait_for_model(
+            {getter, job.future},
+            request,
+            deadline,
+            stop,
+            deadline_s=state.config.request_timeout_s,
+            watch_hangup=watch_hangup,
+            before="the stream started",
+        )
         if getter in finished:
             return getter.result()
         getter.cancel()
-        if watcher is not None and watcher in finished:
-            job.token.cancel("the client disconnected")
-            raise ClientDisconnected("the client disconnected before the stream started")
-        if job.future in finished:
-            error = job.future.exception()
-            if error is not None and not isinstance(error, OmniError):
-                raise _model_failure(model, error) from error
-            if error is not None:
-                raise error
-            return chunks.get_nowait() if not chunks.empty() else done
-        job.token.cancel("the stream ran past the server's deadline (--request-timeout)")
-        raise RequestCancelled("the stream ran past the server's deadline (--request-timeout)")
+        error = job.future.exception()
+        if error is not None and not isinstance(error, OmniError):
+            raise _model_failure(model, error) from error
+        if error is not None:
+            raise error
+        return chunks.get_nowait() if not chunks.empty() else done
 
     first = await next_chunk(watch_hangup=True)  # errors before the first byte are proper HTTP errors
 
