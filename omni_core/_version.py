@@ -6,6 +6,11 @@ changes. Plugins declare the API range they support, never a core package versio
 
 What changed, by plugin API version (docs/authoring/index.md, "Plugin API versions", says the same):
 
+* **1.3** - a new kind, ``stage_engine`` (``omni_register_stage_engines``, ``[[stage_engine]]``
+  in the manifest): an engine that runs other plugins' pipeline stages (vLLM for autoregressive
+  stages), chosen per stage by the stage's ``kind`` and ``architecture`` (new optional
+  ``StageDef`` fields, with ``engine_name``). A plugin that declares stage engines declares
+  ``omni_api = ">=1.3,<2"``. Nothing else changed.
 * **1.2** - multi-stage pipelines: a connector is a :class:`omni_core.pipeline.connector.Connector`
   subclass built as ``cls(extra, context)`` (1.1 named a constructor taking ``extra``), and a new
   kind, ``executor`` (``omni_register_executors``, ``[[executor]]`` in the manifest), places
@@ -29,4 +34,4 @@ __version__ = "0.1.0"
 
 #: The version of the plugin contract. Minor bumps add hooks or optional fields (old plugins
 #: keep working); a major bump breaks compatibility.
-PLUGIN_API_VERSION = "1.2"
+PLUGIN_API_VERSION = "1.3"

@@ -33,6 +33,7 @@ __all__ = [
     "omni_register_models",
     "omni_register_offloaders",
     "omni_register_platforms",
+    "omni_register_stage_engines",
     "omni_register_tts_adapters",
 ]
 
@@ -77,6 +78,11 @@ def omni_register_offloaders(registry: Any) -> None:
 
 @_declared
 def omni_register_executors(registry: Any) -> None:
+    registry.register_declared()
+
+
+@_declared
+def omni_register_stage_engines(registry: Any) -> None:
     registry.register_declared()
 
 

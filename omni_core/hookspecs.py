@@ -49,7 +49,8 @@ Rules that hold for every ``omni_register_*`` hook:
   :class:`omni_core.generation.model.GenerationModel` protocol; TTS adapter:
   :class:`omni_core.speech.adapter.TTSAdapter`; offloader: :class:`omni_core.offload.Offloader`;
   connector: :class:`omni_core.pipeline.connector.Connector`; executor:
-  :class:`omni_core.pipeline.executor.StageExecutor`; command: a Typer app or a function.
+  :class:`omni_core.pipeline.executor.StageExecutor`; stage engine:
+  :class:`omni_core.pipeline.stage.StageEngine`; command: a Typer app or a function.
 * **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
   keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error. ``sys.exit()`` and a
   ``KeyboardInterrupt`` the plugin raises itself count as failures too (only the user's own
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # the registrars import pydantic; this module stays import-li
         ModelRegistrar,
         OffloaderRegistrar,
         PlatformRegistrar,
+        StageEngineRegistrar,
         TTSAdapterRegistrar,
     )
     from omni_core.runtime_config import OmniConfig
@@ -179,6 +181,25 @@ def omni_register_executors(registry: ExecutorRegistrar) -> None:
 
 
 @hookspec
+def omni_register_stage_engines(registry: StageEngineRegistrar) -> None:
+    """Register engines that run other plugins' pipeline stages (vLLM for autoregressive
+    stages, ...). Plugin API 1.3.
+
+    ``ref`` is an :class:`omni_core.pipeline.stage.StageEngine` subclass, built in the stage's
+    process as ``cls(model_dir, stage, options)`` like a model's own engine; it reads
+    ``stage.architecture`` to know what to load. ``stage_kinds`` and ``architectures`` say
+    which stages it can run; ``probe`` (``module:function(architecture)`` returning a
+    :class:`omni_core.platforms.ProbeResult` or a bool, import-light) says whether it can here.
+    When the pipeline is resolved, each stage with an ``architecture`` runs on the
+    highest-``priority`` engine that claims it and whose probe agrees, else on its model's own
+    engine; a recipe's ``pipeline.stages.<stage>.engine`` names one instead, and ``omni
+    explain pipeline`` says which ran and why. An optional classmethod
+    ``option_problems(options) -> list[str]`` checks the stage's ``engine_options`` before
+    any process starts.
+    """
+
+
+@hookspec
 def omni_register_commands(registry: CommandRegistrar) -> None:
     """Register ``omni`` CLI commands.
 
@@ -209,5 +230,6 @@ REGISTRATION_HOOKS = (
     "omni_register_connectors",
     "omni_register_offloaders",
     "omni_register_executors",
+    "omni_register_stage_engines",
     "omni_register_commands",
 )

@@ -15,6 +15,7 @@ class Kind(enum.StrEnum):
     CONNECTOR = "connector"
     OFFLOADER = "offloader"
     EXECUTOR = "executor"
+    STAGE_ENGINE = "stage_engine"
     COMMAND = "command"
 
     def __str__(self) -> str:

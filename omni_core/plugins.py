@@ -44,6 +44,7 @@ from omni_core.registry import (
     PlatformSpec,
     Registrar,
     Registry,
+    StageEngineSpec,
     TTSAdapterSpec,
 )
 from omni_core.runtime_config import OmniConfig
@@ -129,6 +130,10 @@ class PluginSet:
     @property
     def executors(self) -> Registry[ExecutorSpec]:
         return self.registries[Kind.EXECUTOR]
+
+    @property
+    def stage_engines(self) -> Registry[StageEngineSpec]:
+        return self.registries[Kind.STAGE_ENGINE]
 
     @property
     def commands(self) -> Registry[CommandSpec]:
@@ -346,7 +351,7 @@ def _load_one(record: PluginRecord, manager: pluggy.PluginManager, cache_dir: Pa
 
 
 #: kinds added after plugin API 1.0, with the version that added them
-KINDS_SINCE: dict[Kind, str] = {Kind.EXECUTOR: "1.2"}
+KINDS_SINCE: dict[Kind, str] = {Kind.EXECUTOR: "1.2", Kind.STAGE_ENGINE: "1.3"}
 
 
 def _admits_api_below(omni_api: str, version: str) -> bool:

@@ -119,6 +119,28 @@ class ExecutorSpec(ExtensionSpec):
     kind: ClassVar[Kind] = Kind.EXECUTOR
 
 
+class StageEngineSpec(ExtensionSpec):
+    """An engine that runs pipeline stages of other plugins' models (vLLM for autoregressive
+    stages, ...): ``ref`` is an :class:`omni_core.pipeline.stage.StageEngine` subclass. A stage
+    whose ``kind`` is one of ``stage_kinds`` and whose ``architecture`` is one of
+    ``architectures`` may run on it instead of its model's own engine."""
+
+    kind: ClassVar[Kind] = Kind.STAGE_ENGINE
+    #: the stage kinds it runs (``ar``, ``generation``, ``diffusion``)
+    stage_kinds: tuple[str, ...] = Field(min_length=1)
+    #: the checkpoint architectures it runs (a stage's ``architecture``)
+    architectures: tuple[str, ...] = Field(min_length=1)
+    #: ``module:function(architecture) -> ProbeResult | bool``: can it run that architecture
+    #: here (its library installed, the versions right), with the reason when not. Must not
+    #: import torch or the engine's library; None: always
+    probe: str | None = None
+
+    @field_validator("probe")
+    @classmethod
+    def _valid_probe(cls, v: str | None) -> str | None:
+        return None if v is None else check_ref(v)
+
+
 class CommandSpec(ExtensionSpec):
     """A CLI command: ``ref`` is a Typer app (a command group) or a plain function."""
 
@@ -136,6 +158,7 @@ SPEC_TYPES: dict[Kind, type[ExtensionSpec]] = {
         ConnectorSpec,
         OffloaderSpec,
         ExecutorSpec,
+        StageEngineSpec,
         CommandSpec,
     )
 }
@@ -290,6 +313,29 @@ class ExecutorRegistrar(Registrar[ExecutorSpec]):
         return self._add(name=name, ref=ref, priority=priority)
 
 
+class StageEngineRegistrar(Registrar[StageEngineSpec]):
+    spec_type = StageEngineSpec
+
+    def register(
+        self,
+        name: str,
+        ref: str,
+        *,
+        stage_kinds: tuple[str, ...],
+        architectures: tuple[str, ...],
+        probe: str | None = None,
+        priority: int = 0,
+    ) -> StageEngineSpec:
+        return self._add(
+            name=name,
+            ref=ref,
+            stage_kinds=tuple(stage_kinds),
+            architectures=tuple(architectures),
+            probe=probe,
+            priority=priority,
+        )
+
+
 class CommandRegistrar(Registrar[CommandSpec]):
     spec_type = CommandSpec
 
@@ -307,6 +353,7 @@ REGISTRAR_TYPES: dict[Kind, type[Registrar[Any]]] = {
         ConnectorRegistrar,
         OffloaderRegistrar,
         ExecutorRegistrar,
+        StageEngineRegistrar,
         CommandRegistrar,
     )
 }

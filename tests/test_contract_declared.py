@@ -370,7 +370,7 @@ def test_one_provider_string_and_one_name_matcher():
 
 
 def test_one_api_range_check():
-    assert PLUGIN_API_VERSION == "1.2"
+    assert PLUGIN_API_VERSION == "1.3"
     assert api_compatible(">=1.0,<2") and api_compatible(">=1.1,<2")
     # what an API 1.0 core says of a 1.1 plugin: not admitted
     assert not api_compatible(">=1.1,<2", "1.0") and api_compatible(">=1.0,<2", "1.0")
@@ -378,7 +378,7 @@ def test_one_api_range_check():
     assert (ok.ok, ok.status, ok.reason, ok.fix) == (True, None, "", "")
     newer = check_api_range(">=2.0,<3", "omni-plugin-x")
     assert (newer.ok, newer.status) == (False, Status.INCOMPATIBLE)
-    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.2"
+    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.3"
     assert newer.fix == "upgrade the plugin (pip install -U omni-plugin-x) or install a matching omni-core"
     garbage = check_api_range("soon")
     assert (garbage.ok, garbage.status, garbage.reason) == (

@@ -29,7 +29,9 @@ def test_every_stage_field_with_its_builtin_default(field: str) -> None:
     default = getattr(BUILTIN_STAGE, field)
     want = (
         "{}"
-        if field == "engine_options"
+        if field in ("engine_options", "executor_options")
+        else "chosen"
+        if field == "engine"
         else (f'"{default}"' if isinstance(default, str) and field == "devices" else None)
     )
     if want is None:

@@ -104,7 +104,9 @@ def test_a_full_pipeline_answers_429(chat_server: ServerProcess) -> None:
     [
         pytest.param("talker.placement=inprocess", ("--stage talker: no such stage", "'tokens', 'hidden', 'wave'"),
                      id="stage-unknown-stage"),
-        pytest.param("hidden.engine=x:Y", ("'engine' is the model's to declare",), id="stage-field-of-the-model"),
+        pytest.param("hidden.kind=ar", ("'kind' is the model's to declare",), id="stage-field-of-the-model"),
+        pytest.param("hidden.engine=turbo", ("--stage hidden.engine: no stage engine 'turbo'", "can run on ['model']"),
+                     id="stage-unknown-engine"),
         pytest.param("hidden.placement=nowhere", ("placement", "nowhere"), id="stage-unknown-placement"),
         pytest.param("hidden", ("is not STAGE.FIELD=VALUE",), id="stage-not-field-value"),
         pytest.param("hidden.placement=[a", ("does not read as YAML",), id="stage-value-not-yaml"),

@@ -72,8 +72,16 @@ CASES = {
         ("unknown field 'pipeline.defaults.placment'", "accepted: placement"),
     ),
     "recipe-field-of-the-model": Case(
-        "pipeline:\n  stages:\n    tokens: {engine: my.module:Stage}\n",
-        ("pipeline.stages.tokens", "'engine' is the model's to declare", "engine_options"),
+        "pipeline:\n  stages:\n    tokens: {kind: generation}\n",
+        ("pipeline.stages.tokens", "'kind' is the model's to declare", "engine_options"),
+    ),
+    "recipe-unknown-engine": Case(
+        "pipeline:\n  stages:\n    tokens: {engine: turbo}\n",
+        ("pipeline.stages.tokens.engine: no stage engine 'turbo'", "not installed", "can run on ['fixture']"),
+    ),
+    "recipe-engine-in-defaults": Case(
+        "pipeline:\n  defaults: {engine: turbo}\n",
+        ("pipeline.defaults.engine", "chosen per stage (pipeline.stages.<stage>.engine)"),
     ),
     "recipe-unknown-stage": Case(
         "pipeline:\n  stages:\n    talker: {placement: process}\n",

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from omni_cli._typer import OmniTyper
-from omni_cli.commands import doctor, explain, generate, install, models, new_plugin, plugins, serve, speak
+from omni_cli.commands import chat, doctor, explain, generate, install, models, new_plugin, plugins, serve, speak
 from omni_cli.inventory import scan_once
 from omni_cli.output import (
     EXIT_CODES,
@@ -76,12 +76,25 @@ app.command("install")(install.install)
 app.command("uninstall")(install.uninstall)
 app.command("new-plugin")(new_plugin.new_plugin)
 app.command("speak")(speak.speak)
+app.command("chat")(chat.chat)
 app.command("generate")(generate.generate)
 app.command("serve")(serve.serve)
 app.add_typer(models.app, name="models")
 
 BUILTIN_COMMANDS = frozenset(
-    {"plugins", "explain", "doctor", "install", "uninstall", "new-plugin", "speak", "generate", "serve", "models"}
+    {
+        "plugins",
+        "explain",
+        "doctor",
+        "install",
+        "uninstall",
+        "new-plugin",
+        "speak",
+        "chat",
+        "generate",
+        "serve",
+        "models",
+    }
 )
 
 

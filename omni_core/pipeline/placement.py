@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from omni_core.errors import PipelineConfigError
 from omni_core.pipeline.connector import Edge
-from omni_core.pipeline.topology import OUTPUT, PipelineTopology
+from omni_core.pipeline.topology import OUTPUT, PipelineTopology, StageDef
 
 if TYPE_CHECKING:
     from omni_core.plugins import PluginSet
@@ -45,7 +45,7 @@ _DEFAULT_SAME_PROCESS = "inprocess"
 
 
 #: stage fields the model plugin declares (its topology); a recipe that sets one is told so
-_TOPOLOGY_FIELDS = ("name", "kind", "engine", "inputs", "emits", "final", "sample_rate", "options")
+_TOPOLOGY_FIELDS = ("name", "kind", "engine_name", "architecture", "inputs", "emits", "final", "sample_rate", "options")
 
 
 class StagePlacement(BaseModel):
@@ -66,6 +66,10 @@ class StagePlacement(BaseModel):
 
     #: ``inprocess`` (a thread of the orchestrator's process) or ``process`` (spawned)
     placement: str | None = None
+    #: the engine the stage runs on: its model's own, by name (``transformers``), or a
+    #: registered stage engine that runs the stage (``vllm``); unset: chosen
+    #: (:mod:`omni_core.pipeline.engines`). Per stage only, not under ``defaults``
+    engine: str | None = None
     #: device ids for the stage, e.g. ``"0"`` or ``"0,1"`` (passed to the engine)
     devices: str | None = None
     #: seconds for the stage to load and report ready
@@ -176,6 +180,12 @@ class ResolvedStage(BaseModel):
     shutdown_timeout: float
     engine_options: dict[str, Any]
     executor_options: dict[str, Any] = Field(default_factory=dict)
+    #: the checkpoint architecture the stage runs (what ``engine`` loads)
+    architecture: str | None = None
+    #: the engine's name (the model's own ``engine_name``, or a registered stage engine) and why
+    #: it was chosen, for ``omni explain pipeline``
+    engine_name: str = "model"
+    engine_why: str = ""
     #: where each setting came from (``recipe stage``, ``recipe defaults``, ``built-in``)
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -262,7 +272,13 @@ def resolve_pipeline(
     for key in overrides or {}:
         if key not in names:
             raise _fix(f"--stage {key}", f"--stage {key}: no such stage in {topology.name!r}; its stages are {names}")
-    stages = tuple(_resolve_stage(s, placement, (overrides or {}).get(s.name, {})) for s in topology.stages)
+    if placement.defaults.engine is not None:
+        raise _fix(
+            "pipeline.defaults.engine",
+            "pipeline.defaults.engine: an engine is chosen per stage (pipeline.stages.<stage>.engine), since "
+            "stages run different architectures",
+        )
+    stages = tuple(_resolve_stage(s, placement, (overrides or {}).get(s.name, {}), plugins) for s in topology.stages)
     executors = _check_executors(stages, placement, plugins)
     by_name = {s.name: s for s in stages}
     edges = _resolve_edges(topology, placement, by_name, plugins)
@@ -277,7 +293,11 @@ def resolve_pipeline(
     )
 
 
-def _resolve_stage(stage: Any, placement: PipelinePlacement, override: dict[str, Any]) -> ResolvedStage:
+def _resolve_stage(
+    stage: StageDef, placement: PipelinePlacement, override: dict[str, Any], plugins: PluginSet
+) -> ResolvedStage:
+    from omni_core.pipeline.engines import check_engine_options, choose_engine
+
     try:
         given = StagePlacement.model_validate(override)
     except ValidationError as exc:
@@ -296,19 +316,34 @@ def _resolve_stage(stage: Any, placement: PipelinePlacement, override: dict[str,
             if value is not None:
                 values[field], sources[field] = value, label
                 break
-    options = {**stage.options, **placement.defaults.engine_options}
-    options.update(placement.stages.get(stage.name, StagePlacement()).engine_options)
-    options.update(given.engine_options)
     executor_options = {
         **placement.defaults.executor_options,
         **placement.stages.get(stage.name, StagePlacement()).executor_options,
         **given.executor_options,
     }
+    recipe_stage = placement.stages.get(stage.name, StagePlacement())
+    wanted, field = (
+        (given.engine, f"--stage {stage.name}.engine")
+        if given.engine is not None
+        else (recipe_stage.engine, f"pipeline.stages.{stage.name}.engine")
+    )
+    choice = choose_engine(stage, plugins, wanted=wanted, field=field)
+    # the options a model fixes are for its own engine; another engine gets the recipe's only
+    options = dict(stage.options) if choice.ref == stage.engine else {}
+    options.update(placement.defaults.engine_options)
+    options.update(recipe_stage.engine_options)
+    options.update(given.engine_options)
+    check_engine_options(choice, stage.name, options, plugins)
+    if wanted is not None:
+        sources["engine"] = "command line" if given.engine is not None else "recipe stage"
     return ResolvedStage(
         executor_options=executor_options,
         name=stage.name,
         kind=stage.kind,
-        engine=stage.engine,
+        engine=choice.ref,
+        engine_name=choice.name,
+        engine_why=choice.why,
+        architecture=stage.architecture,
         emits=stage.emits,
         final=stage.final,
         inputs=stage.inputs,
@@ -563,7 +598,7 @@ def describe(resolved: ResolvedPipeline) -> str:
             f"  {s.name:<{width}}  {s.kind:<10} {s.placement:<9} devices {s.devices:<4} {source}, emits {s.emits}"
             f"{final}"
         )
-        lines.append(f"  {'':<{width}}  engine {s.engine}")
+        lines.append(f"  {'':<{width}}  engine {s.engine_name}: {s.engine_why}")
         timeouts = f"startup {s.startup_timeout:g} s, request {s.request_timeout:g} s, restarts {s.max_restarts}"
         lines.append(f"  {'':<{width}}  {timeouts}")
         if s.engine_options:

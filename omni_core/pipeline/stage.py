@@ -65,6 +65,14 @@ class StageEngine(abc.ABC):
         request. ``params`` are the request's parameters for this stage. Raising fails the
         request (the stage keeps serving others)."""
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        """What is wrong with a stage's ``engine_options`` for this engine (empty: nothing). A
+        registered stage engine is asked before any process starts, so a misspelt option is
+        one clear error, not a stage that fails to load; keep it import-light or import the
+        engine's library inside. Default: every option is accepted."""
+        return []
+
     def for_output(self, item: Any) -> Any:
         """What a client gets of one item, when this stage is final: called in the stage's own
         process, only for the edge to the output (downstream stages still get ``item``). Text

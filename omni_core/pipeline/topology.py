@@ -48,6 +48,13 @@ class StageDef(BaseModel):
     #: ``module:Class`` of the stage's :class:`~omni_core.pipeline.stage.StageEngine`, imported
     #: in the process that runs the stage
     engine: str
+    #: what the model's own engine (``engine``) is called where omni shows or takes a choice
+    #: of engine (``omni explain pipeline``, a recipe's ``engine:``), e.g. ``transformers``
+    engine_name: str = Field(default="model", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    #: the checkpoint architecture of the weights this stage runs (``Qwen2ForCausalLM``, ...):
+    #: what a registered stage engine (vLLM, ...) is matched on. None: only the model's own
+    #: engine runs the stage
+    architecture: str | None = None
     #: the upstream stage whose output this stage consumes; empty: the stage takes the request
     inputs: tuple[str, ...] = ()
     #: what one item of this stage's output is (``tokens``, ``hidden``, ``audio``, ...): shown by

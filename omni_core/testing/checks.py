@@ -83,12 +83,17 @@ def check_registration(name: str) -> list[str]:
     ]
 
 
+def _probes_of(manifest: Any) -> list[str]:
+    """The probes a manifest declares (a platform's, a stage engine's): references like ``ref``."""
+    return [str(d.fields["probe"]) for d in manifest.provides if d.fields.get("probe")]
+
+
 def check_lazy_refs(name: str) -> list[str]:
     record, problems = _record(name)
     if record is None or record.manifest is None:
         return problems or [f"{name}: no manifest"]
     refs = [d.ref for d in record.manifest.provides]
-    refs += [str(d.fields["probe"]) for d in record.manifest.of_kind(Kind.PLATFORM) if "probe" in d.fields]
+    refs += _probes_of(record.manifest)
     for ref in refs:
         try:
             LazyRef(ref, owner=name).resolve()
@@ -138,9 +143,7 @@ def check_import_light(name: str) -> list[str]:
         )
     hook_module = record.module
     hook_parents = {hook_module.rsplit(".", i)[0] for i in range(hook_module.count(".") + 1)}
-    probe_modules = {
-        str(d.fields["probe"]).partition(":")[0] for d in record.manifest.of_kind(Kind.PLATFORM) if "probe" in d.fields
-    }
+    probe_modules = {probe.partition(":")[0] for probe in _probes_of(record.manifest)}
     for declared in record.manifest.provides:
         module = declared.ref.partition(":")[0]
         if module in modules and module not in hook_parents and module not in probe_modules:
@@ -357,6 +360,36 @@ def _check_executor(entry: Registered[Any], obj: Any) -> list[str]:
     return executor_problems(entry.name, entry.spec.ref, obj)
 
 
+def _check_stage_engine(entry: Registered[Any], obj: Any) -> list[str]:
+    """The reference is a :class:`omni_core.pipeline.stage.StageEngine` subclass with ``run``
+    implemented; an ``option_problems`` it has is a classmethod that answers ``{}`` with a
+    list; its probe, given each architecture it claims, answers a ProbeResult or a bool (never
+    raises). Running it needs its library and weights: the plugin's own tests do that."""
+    from omni_core.pipeline.engines import probe_engine
+    from omni_core.pipeline.stage import StageEngine
+
+    label = f"stage engine {entry.name!r}"
+    if not (isinstance(obj, type) and issubclass(obj, StageEngine)):
+        return [f"{label}: {entry.spec.ref} is not a StageEngine subclass (omni_core.pipeline.stage.StageEngine)"]
+    problems = []
+    if getattr(obj, "__abstractmethods__", None):
+        problems.append(f"{label}: {obj.__name__} leaves {sorted(obj.__abstractmethods__)} unimplemented")
+    check = getattr(obj, "option_problems", None)
+    if check is not None:
+        try:
+            answer = check({})
+        except Exception as exc:
+            problems.append(f"{label}: option_problems({{}}) raised {type(exc).__name__}: {exc}")
+        else:
+            if not isinstance(answer, list) or not all(isinstance(p, str) for p in answer):
+                problems.append(f"{label}: option_problems must return a list of str, got {answer!r}")
+    for architecture in entry.spec.architectures:
+        _, reason = probe_engine(entry, architecture)
+        if reason.startswith(("its probe raised", "its probe returned")):
+            problems.append(f"{label}: probe({architecture!r}): {reason}")
+    return problems
+
+
 def _with_identity(check: CapabilityCheck) -> CapabilityCheck:
     """``check`` preceded by the one identity check (:mod:`omni_core.identity`): a class that
     states its ``name`` (``device_types``, ``stage_keys``, ...) differently from its registration
@@ -385,6 +418,7 @@ CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
         (Kind.TTS_ADAPTER, _check_tts_adapter),
         (Kind.CONNECTOR, _check_connector),
         (Kind.EXECUTOR, _check_executor),
+        (Kind.STAGE_ENGINE, _check_stage_engine),
         (Kind.OFFLOADER, _check_offloader),
         (Kind.COMMAND, _check_callable),
     )
