@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestLlmPluginConformance(PluginConformance):
+    plugin_name = "llm"
