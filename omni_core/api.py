@@ -199,7 +199,7 @@ def _not_served(plugins: PluginSet, model_dir: Path, reasons: list[str], identit
         return "\n".join(lines)
     lines += [
         f"  installed TTS adapters: {adapters}",
-        f"  installed image and video families: {models}",
+        f"  installed model families: {models}",
         "Install the plugin for this model family (`omni plugins list --all` shows what is installed).",
     ]
     return "\n".join(lines)

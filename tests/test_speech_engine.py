@@ -631,7 +631,7 @@ def test_omni_refuses_what_no_plugin_serves_and_lists_what_is_installed(tmp_path
     message = str(info.value)
     assert "no installed plugin serves" in message
     assert "installed TTS adapters: oneshot (omni-plugin-oneshot), tone (omni-plugin-tone)" in message
-    assert "installed image and video families: none" in message and "model_index.json" in message
+    assert "installed model families: none" in message and "model_index.json" in message
     diffusers = tmp_path / "pipe"
     diffusers.mkdir()
     (diffusers / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')

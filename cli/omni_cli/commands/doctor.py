@@ -263,7 +263,7 @@ def _print(report: dict[str, Any]) -> None:
     if report.get("models"):
         echo("")
         names = ", ".join(m["name"] for m in report["models"])
-        echo(f"image and video families: {names}   (`omni explain model --model DIR` says which serves a checkpoint)")
+        echo(f"model families: {names}   (`omni explain model --model DIR` says which serves a checkpoint)")
     echo("")
     rows = [
         (
