@@ -218,8 +218,11 @@ def test_in_repo_plugins_declare_once(package: Path):
     if not manifest.provides:  # the diffusion runtime registers nothing
         assert "hookimpl" not in hooks
         return
-    # a connector or an executor follows the plugin API 1.2 contracts (omni_core/_version.py)
-    needs = "1.2" if {d.kind.value for d in manifest.provides} & {"connector", "executor"} else "1.1"
+    # a connector or an executor follows the plugin API 1.2 contracts, a stage engine and a chat
+    # model (whose stages name their architecture) the 1.3 ones (omni_core/_version.py)
+    kinds = {d.kind.value for d in manifest.provides}
+    chat = any("chat" in d.fields.get("tasks", ()) for d in manifest.provides)
+    needs = "1.3" if "stage_engine" in kinds or chat else "1.2" if kinds & {"connector", "executor"} else "1.1"
     assert manifest.omni_api == f">={needs},<2"
     body = ast.parse(hooks).body
     code = [ast.unparse(n) for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]

@@ -158,6 +158,9 @@ BUILTIN_STAGE = StagePlacement(
     shutdown_timeout=10.0,
 )
 BUILTIN_EDGE = {"window": -1, "max_inflight": 4, "transfer_timeout": 30.0}
+#: a final stage's edge to the caller hands over each item as it is made: a streaming client
+#: (the server's SSE, ``omni chat``) sees the answer grow, not all of it at the end
+BUILTIN_OUTPUT_WINDOW = 1
 
 
 class ResolvedStage(BaseModel):
@@ -433,7 +436,8 @@ def _resolve_edges(
         layers = [x for x in (given, placement.edge_defaults) if x is not None]
         settings: dict[str, Any] = {}
         for key in ("window", "max_inflight", "transfer_timeout"):
-            settings[key] = next((getattr(x, key) for x in layers if getattr(x, key) is not None), BUILTIN_EDGE[key])
+            builtin = BUILTIN_OUTPUT_WINDOW if key == "window" and edge.target == OUTPUT else BUILTIN_EDGE[key]
+            settings[key] = next((getattr(x, key) for x in layers if getattr(x, key) is not None), builtin)
         source_proc = "orchestrator" if stages[edge.source].placement == "inprocess" else edge.source
         target_proc = (
             "orchestrator" if edge.target == OUTPUT or stages[edge.target].placement == "inprocess" else edge.target

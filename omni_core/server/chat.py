@@ -29,7 +29,7 @@ from omni_core.speech.audio import Audio
 #: how long a finished answer's audio id stays meaningful (the OpenAI shape asks for it)
 AUDIO_TTL_S = 3600
 #: the sampling fields that go to the entry stage, as the stage reads them
-_SAMPLING = ("temperature", "top_p", "seed")
+_SAMPLING = ("temperature", "top_p", "seed", "stop")
 
 
 def conversation(model: Model, body: Any) -> list[dict[str, str]]:

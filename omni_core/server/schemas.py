@@ -165,6 +165,9 @@ class ChatCompletionBody(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = None
+    stop: str | list[str] | None = Field(
+        default=None, description="Text that ends the answer where it appears (not included): one string or a list."
+    )
     stage_params: dict[str, dict[str, Any]] | None = Field(
         default=None,
         description="omni's own: parameters per stage by name, on top of the sampling fields (see the model's page).",

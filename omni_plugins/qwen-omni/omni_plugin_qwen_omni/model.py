@@ -1,0 +1,64 @@
+"""The Qwen2.5-Omni model family: its three-stage topology, and a tiny checkpoint for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omni_core.pipeline.topology import PipelineTopology, StageDef
+
+_STAGES = "omni_plugin_qwen_omni.stages"
+#: what Qwen2.5-Omni's BigVGAN writes; no field of the checkpoint's config names it
+SAMPLE_RATE = 24000
+
+
+class QwenOmni:
+    """Qwen2.5-Omni: ``thinker`` (text, final for text) -> ``talker`` (codec codes) ->
+    ``token2wav`` (waveform, final for audio). A text-only request stops after the thinker."""
+
+    @classmethod
+    def topology_for(cls, model_dir: Path) -> PipelineTopology:
+        return PipelineTopology(
+            name="qwen2.5-omni",
+            stages=(
+                StageDef(
+                    name="thinker",
+                    kind="ar",
+                    engine=f"{_STAGES}:ThinkerStage",
+                    engine_name="transformers",
+                    architecture="Qwen2_5OmniThinkerForConditionalGeneration",
+                    emits="tokens",
+                    final="text",
+                ),
+                StageDef(
+                    name="talker",
+                    kind="ar",
+                    engine=f"{_STAGES}:TalkerStage",
+                    engine_name="transformers",
+                    architecture="Qwen2_5OmniTalkerForConditionalGeneration",
+                    inputs=("thinker",),
+                    emits="codes",
+                ),
+                StageDef(
+                    name="token2wav",
+                    kind="generation",
+                    engine=f"{_STAGES}:Token2WavStage",
+                    engine_name="transformers",
+                    architecture="Qwen2_5OmniToken2WavModel",
+                    inputs=("talker",),
+                    emits="audio",
+                    final="audio",
+                    sample_rate=SAMPLE_RATE,
+                ),
+            ),
+        )
+
+    @classmethod
+    def make_tiny(cls, directory: Path, seed: int = 0) -> None:
+        """A random-weight checkpoint in the real layout (:mod:`omni_plugin_qwen_omni.tiny`), with
+        the tiny-checkpoint marker (``omni models make-tiny`` rewrites it naming the plugin)."""
+        from omni_core.tiny import write_marker
+        from omni_plugin_qwen_omni import __version__
+        from omni_plugin_qwen_omni.tiny import write_tiny_checkpoint
+
+        write_tiny_checkpoint(directory, seed=seed)
+        write_marker(directory, family="qwen2.5-omni", seed=seed, provider=f"omni-plugin-qwen-omni {__version__}")
