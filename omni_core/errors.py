@@ -464,6 +464,14 @@ class StageFailedError(OmniError, RuntimeError):
     http_status = 503
 
 
+class StageRequestError(StageFailedError):
+    """A stage refused a request as the caller's own mistake (a parameter it does not take, an
+    input part it does not read, a voice it does not have): a 400, not a failure of the stage.
+    ``field`` is the stage's field when it named one."""
+
+    http_status = 400
+
+
 class ConnectorError(OmniError, RuntimeError):
     """A connector could not move a payload: a put or get past its timeout, a handle that does
     not describe a payload (malformed metadata), a transport that failed."""

@@ -42,6 +42,8 @@ pytestmark = chat_marks()
         pytest.param({"max_tokens": 0}, 400, "max_tokens", "max_tokens", id="chat-max-tokens-zero"),
         pytest.param({"logprobs": True}, 400, "unknown field 'logprobs'", "logprobs", id="chat-unknown-field"),
         pytest.param({"model": "nope"}, 404, "'nope' is not served", "model", id="chat-unknown-model"),
+        pytest.param({"stage_params": {"tokens": {"refuse": "x"}}}, 400, "stage 'tokens' refused the request",
+                     "refuse", id="chat-refused-by-a-stage"),
     ],
 )  # fmt: skip
 def test_bad_chat_requests_are_4xx_naming_the_field(

@@ -131,12 +131,13 @@ def _the_wanted(
     )
 
 
-def check_engine_options(choice: EngineChoice, stage: str, options: dict[str, Any], plugins: PluginSet) -> None:
+def check_engine_options(choice: EngineChoice, stage: str, options: dict[str, Any], plugins: PluginSet) -> type | None:
     """A registered engine's own check of a stage's ``engine_options`` (its ``option_problems``
-    classmethod), before any process starts. A model's own engine is not imported here: its
-    module may import torch, which the orchestrator's process does not need."""
+    classmethod), before any process starts; returns its class. A model's own engine is not
+    imported here (None): its module may import torch, which the orchestrator's process does
+    not need."""
     if choice.name not in plugins.stage_engines or plugins.stage_engines.get(choice.name).spec.ref != choice.ref:
-        return
+        return None
     try:
         cls = plugins.stage_engines.load(choice.name)
     except OmniError as exc:
@@ -150,3 +151,4 @@ def check_engine_options(choice: EngineChoice, stage: str, options: dict[str, An
             f"stage {stage!r}: engine_options for the {choice.name} engine: " + "; ".join(problems),
             field=f"pipeline.stages.{stage}.engine_options",
         )
+    return cls if isinstance(cls, type) else None

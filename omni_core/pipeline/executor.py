@@ -11,6 +11,7 @@ is the same :class:`~omni_core.pipeline.stage.StageLoop` speaking the same small
 from __future__ import annotations
 
 import abc
+import os
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -97,17 +98,35 @@ class ProcessStage(StageHandle):
         ours, theirs = context.Pipe(duplex=True)
         self.channel = PipeChannel(ours)
         self._theirs = theirs
+        #: the engine starts processes: the stage runs non-daemonic, leading a process group
+        self._group = pipeline.stage(name).starts_processes
         self._process = context.Process(
             target=stage_process_main,
             args=(theirs, pipeline.model_dump_json(), name),
             name=f"omni-stage-{name}",
-            daemon=True,
+            daemon=not self._group,
         )
 
     def start(self) -> None:
         self._process.start()
         self.pid = self._process.pid
         self._theirs.close()  # the child has its own copy; ours would keep EOF from showing
+        if self._group:
+            import atexit
+
+            # before multiprocessing's own exit handler, which would wait for a non-daemonic child
+            atexit.register(self._kill_group)
+
+    def _kill_group(self) -> None:
+        """Kill the stage and every process its engine started (they share its group)."""
+        import signal
+
+        if not self._group or self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def alive(self) -> bool:
         return self._process.is_alive()
@@ -136,12 +155,14 @@ class ProcessStage(StageHandle):
         if self._process.is_alive():
             self._process.kill()
             self._process.join(5)
+        self._kill_group()  # what the engine started and did not stop
         self.channel.close()
 
     def kill(self) -> None:
         if self._process.is_alive():
             self._process.kill()
             self._process.join(5)
+        self._kill_group()
 
 
 class ExecutorOptions(BaseModel):

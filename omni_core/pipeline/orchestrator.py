@@ -36,6 +36,7 @@ from omni_core.errors import (
     RequestCancelled,
     ServerBusyError,
     StageFailedError,
+    StageRequestError,
 )
 from omni_core.pipeline.connector import ConnectorContext
 from omni_core.pipeline.executor import StageExecutor, StageHandle, builtin_executor
@@ -430,6 +431,10 @@ class Pipeline:
         elif ev == "error":
             error = message.get("error") or {}
             flight.pending.discard(name)  # it has let go of the request already
+            if str(error.get("http_status", "")).startswith("4"):
+                refused = f"stage {name!r} refused the request: {error.get('message')}"
+                self._fail(flight, StageRequestError(refused, name=name, field=error.get("field")))
+                return
             self._fail(
                 flight,
                 StageFailedError(

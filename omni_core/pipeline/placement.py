@@ -189,6 +189,8 @@ class ResolvedStage(BaseModel):
     #: it was chosen, for ``omni explain pipeline``
     engine_name: str = "model"
     engine_why: str = ""
+    #: the engine starts processes of its own (``StageEngine.starts_processes``)
+    starts_processes: bool = False
     #: where each setting came from (``recipe stage``, ``recipe defaults``, ``built-in``)
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -336,7 +338,7 @@ def _resolve_stage(
     options.update(placement.defaults.engine_options)
     options.update(recipe_stage.engine_options)
     options.update(given.engine_options)
-    check_engine_options(choice, stage.name, options, plugins)
+    engine_class = check_engine_options(choice, stage.name, options, plugins)
     if wanted is not None:
         sources["engine"] = "command line" if given.engine is not None else "recipe stage"
     return ResolvedStage(
@@ -346,6 +348,7 @@ def _resolve_stage(
         engine=choice.ref,
         engine_name=choice.name,
         engine_why=choice.why,
+        starts_processes=bool(getattr(engine_class, "starts_processes", False)),
         architecture=stage.architecture,
         emits=stage.emits,
         final=stage.final,

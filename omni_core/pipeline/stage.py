@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from omni_core.errors import RequestCancelled
 from omni_core.pipeline.connector import ConnectorContext, Edge
@@ -53,6 +53,12 @@ Message = dict[str, Any]
 
 class StageEngine(abc.ABC):
     """One stage's model, loaded in the process that runs the stage."""
+
+    #: the engine starts processes of its own (vLLM's engine core and workers). Its stage
+    #: process is then started non-daemonic (a daemonic process may not have children) and in
+    #: a process group of its own, which the runtime kills whole when it stops or kills the
+    #: stage. Read from registered stage engines (their classes are import-light).
+    starts_processes: ClassVar[bool] = False
 
     def __init__(self, model_dir: Path, stage: ResolvedStage, options: dict[str, Any]) -> None:
         self.model_dir = Path(model_dir)
@@ -163,7 +169,11 @@ def error_info(exc: BaseException) -> dict[str, str]:
     from omni_core.errors import OmniError
 
     info = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__}
-    if not isinstance(exc, OmniError):  # a plugin's own failure: keep where it happened, for logs
+    if isinstance(exc, OmniError):  # the caller's own mistake (a 4xx) stays one across processes
+        info["http_status"] = str(exc.http_status)
+        if exc.field:
+            info["field"] = exc.field
+    else:  # a plugin's own failure: keep where it happened, for logs
         info["trace"] = "".join(traceback.format_exception(exc)[-6:])
     return info
 
@@ -410,6 +420,8 @@ def stage_process_main(conn: Any, pipeline_json: str, name: str) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     pipeline = ResolvedPipeline.model_validate_json(pipeline_json)
+    if pipeline.stage(name).starts_processes:
+        os.setpgid(0, 0)  # a group of its own: the engine's processes are stopped with the stage
     channel = PipeChannel(conn)
     try:
         StageLoop(pipeline, name, channel).serve()

@@ -162,6 +162,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         }
         for e in plugin_set.models
     ]
+    report["stage_engines"] = [_stage_engine_row(e) for e in plugin_set.stage_engines]
     store = HealthStore(settings.cache_dir)
     for r in plugin_set.records:
         for ref, seconds in ((store.lookup(r.distribution, r.version, r.name) or {}).get("imports") or {}).items():
@@ -264,6 +265,12 @@ def _print(report: dict[str, Any]) -> None:
         echo("")
         names = ", ".join(m["name"] for m in report["models"])
         echo(f"model families: {names}   (`omni explain model --model DIR` says which serves a checkpoint)")
+    for engine in report.get("stage_engines") or []:
+        state = "can run" if engine["available"] else "cannot run"
+        echo(
+            f"stage engine {engine['name']} ({engine['provider']}): {state} {engine['architectures'][0]} "
+            f"{engine['stage_kinds'][0]} stages here: {engine['reason']}"
+        )
     echo("")
     rows = [
         (
@@ -285,3 +292,20 @@ def _print(report: dict[str, Any]) -> None:
         echo("no problems found")
     for i, p in enumerate(report["problems"], 1):
         echo(f"problem {i}: {p['problem']}\n  fix: {p['fix'] or '-'}")
+
+
+def _stage_engine_row(entry: Any) -> dict[str, Any]:
+    """A stage engine and whether it can run here, asked of its probe for the first architecture
+    it claims (a missing library or a version skew of it shows there). Not a problem when it
+    cannot: stages then run on their models' own engines, as `omni explain pipeline` says."""
+    from omni_core.pipeline.engines import probe_engine
+
+    available, reason = probe_engine(entry, entry.spec.architectures[0])
+    return {
+        "name": entry.name,
+        "provider": f"{entry.provider.distribution} {entry.provider.version}",
+        "stage_kinds": list(entry.spec.stage_kinds),
+        "architectures": list(entry.spec.architectures),
+        "available": available,
+        "reason": reason,
+    }

@@ -215,6 +215,8 @@ def make_tiny_cmd(
     typer.echo(f"wrote a tiny {family} checkpoint with random weights (seed {seed}) to {path} ({_size(path)})")
     if (path / "model_index.json").is_file():
         typer.echo(f'try: omni generate "a red fox in snow" --model {path}')
+    elif family in get_plugins().models and "chat" in get_plugins().models.get(family).spec.tasks:
+        typer.echo(f'try: omni chat --model {path} "Hello there"')
     elif family in get_plugins().models and callable(getattr(get_plugins().models.load(family), "topology_for", None)):
         typer.echo(f"try: omni explain pipeline --model {path}")
     else:

@@ -76,9 +76,12 @@ class TransformersCausalLM(StageEngine):
         path = str(self.model_dir)
         self.tokenizer: Any
         self.model: Any
+        from omni_core.quiet import quiet_libraries
+
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            with quiet_libraries():  # transformers' per-tensor "Loading weights" bar and notes
+                self.tokenizer = AutoTokenizer.from_pretrained(path)
+                model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         except Exception as exc:
             raise ModelLoadError(f"{path}: cannot load the language model: {type(exc).__name__}: {exc}") from None
         self.model = model.to(self.device).eval()

@@ -63,7 +63,10 @@ def write_tiny_checkpoint(directory: Path | str, seed: int = 0) -> Path:
     model = model.to(torch.float32).eval()
     make_config: Any = GenerationConfig
     model.generation_config = make_config(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
-    model.save_pretrained(directory, safe_serialization=True)
+    from omni_core.quiet import quiet_libraries
+
+    with quiet_libraries():  # transformers' "Writing model shards" bar is not the user's business
+        model.save_pretrained(directory, safe_serialization=True)
     # the keys transformers 4.x reads (5.x writes rope_parameters and dtype): a vLLM install
     # pinned to transformers 4 then loads the same model
     path = directory / "config.json"

@@ -199,6 +199,9 @@ def write_tiny_checkpoint(directory: str | Path, seed: int = 0) -> Path:
             }
             for name, bos in SPEAKERS.items()
         }
-    model.save_pretrained(directory, safe_serialization=True)
+    from omni_core.quiet import quiet_libraries
+
+    with quiet_libraries():  # transformers' "Writing model shards" bar is not the user's business
+        model.save_pretrained(directory, safe_serialization=True)
     torch.save(speakers, directory / "spk_dict.pt")
     return directory
