@@ -39,6 +39,7 @@ pytest: setup
 	@for dir in omni_plugins/*/tests; do \
 	  [ "$$dir" = omni_plugins/vllm/tests ] && continue; \
 	  echo "== $$dir"; $(BIN)/pytest $$dir || exit 1; done
+	@echo "== omni_plugins/vllm/tests/test_probe.py (without vLLM)"; $(BIN)/pytest omni_plugins/vllm/tests/test_probe.py
 
 # The vLLM stage engine's suite, in the venv that has vLLM (its probe's tests run in both)
 pytest-vllm: setup-vllm

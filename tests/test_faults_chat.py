@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faults import assert_clean_failure
 from serving import (
     CHAT_MESSAGES,
     OMNI,
@@ -20,6 +21,7 @@ from serving import (
     assert_error,
     chat_events,
     chat_marks,
+    make_tiny,
     post_chat,
     server_env,
 )
@@ -33,8 +35,8 @@ pytestmark = chat_marks()
         pytest.param({"modalities": ["image"]}, 400, "cannot answer with 'image'", "modalities", id="chat-modality"),
         pytest.param({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
                      400, "reads text only", "messages[0].content", id="chat-audio-part"),
-        pytest.param({"audio": {"voice": "alloy"}, "modalities": ["audio"]}, 400, "no selectable voices",
-                     "audio.voice", id="chat-voice"),
+        pytest.param({"audio": {"voice": "alloy"}, "modalities": ["audio"]}, 400,
+                     "has no voice 'alloy'; its voices are high, low", "audio.voice", id="chat-voice"),
         pytest.param({"audio": {"format": "mp3"}}, 400, "audio.format", "audio.format", id="chat-audio-format"),
         pytest.param({"stage_params": {"talker": {}}}, 400, "this model's stages are tokens, hidden, wave",
                      "stage_params", id="chat-unknown-stage"),
@@ -114,13 +116,14 @@ def test_a_full_pipeline_answers_429(chat_server: ServerProcess) -> None:
         pytest.param("hidden.placement=[a", ("does not read as YAML",), id="stage-value-not-yaml"),
     ],
 )  # fmt: skip
-@pytest.mark.parametrize("command", ["serve", "explain"])
+@pytest.mark.parametrize("command", ["serve", "explain", "chat"])
 def test_a_bad_stage_override_is_refused_before_anything_starts(
     chat_site: Path, chat_model: Path, tmp_path: Path, stage: str, mentions: tuple[str, ...], command: str
 ) -> None:
     args = {
         "serve": ["serve", "--model", chat_model, "--port", "1"],
         "explain": ["explain", "pipeline", "--model", chat_model],
+        "chat": ["chat", "--model", chat_model, "hi"],
     }[command]
     result = subprocess.run(
         [OMNI, *args, "--stage", stage],
@@ -133,3 +136,49 @@ def test_a_bad_stage_override_is_refused_before_anything_starts(
     for mention in mentions:
         assert mention in result.stderr, result.stderr
     assert "Traceback" not in result.stdout + result.stderr and "listening" not in result.stdout
+
+
+@pytest.fixture(scope="module")
+def not_a_chat_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("not-chat")
+    return make_tiny("vits", home / "vits", home)
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        pytest.param(("--audio-out", "reply.mp3"), ("--audio-out reply.mp3: name a .wav file",),
+                     id="chat-audio-out-not-wav"),
+        pytest.param(("--audio-out", "nowhere/reply.wav"), ("nowhere",), id="chat-audio-out-no-directory"),
+        pytest.param(("--voice", "alto", "--audio-out", "r.wav"), ("--voice alto: the voices are high, low",),
+                     id="chat-unknown-voice"),
+        pytest.param(("--max-tokens", "0"), ("--max-tokens",), id="chat-max-tokens-zero"),
+        pytest.param(("--temperature", "-1"), ("--temperature",), id="chat-negative-temperature"),
+    ],
+)  # fmt: skip
+def test_a_chat_mistake_is_named_before_anything_loads(
+    chat_site: Path, chat_model: Path, tmp_path: Path, args: tuple[str, ...], mentions: tuple[str, ...]
+) -> None:
+    result = subprocess.run(
+        [OMNI, "chat", "--model", str(chat_model), "hi", *args],
+        env=server_env(tmp_path, sites=(chat_site,)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert_clean_failure(result, 1 if not args[0].startswith(("--max", "--temp")) else 2, *mentions)
+    assert not list(tmp_path.glob("*.wav")) and not result.stdout.strip()
+
+
+def test_chat_with_a_model_that_does_not_chat_names_the_command_that_runs_it(
+    chat_site: Path, not_a_chat_model: Path, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [OMNI, "chat", "--model", str(not_a_chat_model), "hi"],
+        env=server_env(tmp_path, sites=(chat_site,)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_clean_failure(result, 1, "not a chat model", "omni speak TEXT --model DIR")

@@ -33,7 +33,9 @@ from serving import (
 pytestmark = chat_marks()
 
 
-def reference(model_dir: Path, max_tokens: int, messages: list[dict[str, str]] = CHAT_MESSAGES) -> dict[str, Any]:
+def reference(
+    model_dir: Path, max_tokens: int, messages: list[dict[str, str]] = CHAT_MESSAGES, voice: str | None = None
+) -> dict[str, Any]:
     """The answer of the same stage classes called here: the text, and the audio as the 16-bit
     PCM the server sends (the same clipping and rounding)."""
     import numpy as np
@@ -41,7 +43,7 @@ def reference(model_dir: Path, max_tokens: int, messages: list[dict[str, str]] =
 
     from omni_core.speech.audio import Audio, encode
 
-    want = run_here(model_dir, messages, {"tokens": {"max_tokens": max_tokens}})
+    want = run_here(model_dir, messages, {"tokens": {"max_tokens": max_tokens}, "wave": {"voice": voice}})
     frames = [np.clip(np.asarray(a, dtype=np.float32), -1.0, 1.0) for a in want["audio"]]
     return {
         "text": "".join(want["text"]),
@@ -58,6 +60,7 @@ def test_the_model_is_listed_as_a_chat_model_with_what_it_answers(chat_server: S
     assert card["task"] == "chat"
     assert card["endpoints"] == ["/v1/chat/completions"]
     assert card["modalities"] == ["text", "audio"]
+    assert card["voices"] == ["high", "low"]  # the wave stage's, its default first
     assert card["status"] == "ready"
 
 
@@ -89,6 +92,15 @@ def test_text_and_audio_the_wav_holds_exactly_the_stages_samples(chat_server: Se
 
     raw = post_chat(chat_server, {**body, "audio": {"format": "pcm16", "voice": "default"}}).json()
     assert base64.b64decode(raw["choices"][0]["message"]["audio"]["data"]) == want["pcm"]
+
+
+def test_audio_voice_goes_to_the_stage_that_speaks(chat_server: ServerProcess, chat_model: Path) -> None:
+    body = {"messages": CHAT_MESSAGES, "max_tokens": 3, "modalities": ["audio"], "audio": {"format": "pcm16"}}
+    for voice in ("high", "low"):
+        answer = post_chat(chat_server, {**body, "audio": {"format": "pcm16", "voice": voice}}).json()
+        got = base64.b64decode(answer["choices"][0]["message"]["audio"]["data"])
+        assert got == reference(chat_model, 3, voice=voice)["pcm"]
+    assert reference(chat_model, 3, voice="low")["pcm"] != reference(chat_model, 3, voice="high")["pcm"]
 
 
 def test_an_audio_only_answer_has_no_text_content(chat_server: ServerProcess, chat_model: Path) -> None:

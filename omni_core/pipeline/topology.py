@@ -66,6 +66,9 @@ class StageDef(BaseModel):
     #: samples per second of the audio a stage final for ``audio`` answers (required there:
     #: the server writes WAV and streams PCM at this rate)
     sample_rate: int | None = Field(default=None, gt=0)
+    #: the voices this stage speaks in, the default first: a request's voice (the chat route's
+    #: ``audio.voice``) goes to this stage as ``params["voice"]``. At most one stage has voices
+    voices: tuple[str, ...] = ()
     #: engine options the model fixes (a recipe's ``engine_options`` for the stage go on top)
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -129,6 +132,9 @@ class PipelineTopology(BaseModel):
             finals[stage.final] = stage.name
         if not finals:
             raise ValueError("no stage is final for any output: set `final` on the stage whose items are the answer")
+        voiced = [s.name for s in self.stages if s.voices]
+        if len(voiced) > 1:
+            raise ValueError(f"stages {voiced} all declare voices; one stage takes a request's voice")
         return self
 
     # -- questions about the graph -------------------------------------------------------------
@@ -146,6 +152,11 @@ class PipelineTopology(BaseModel):
     @property
     def entry(self) -> StageDef:
         return next(s for s in self.stages if not s.inputs)
+
+    @property
+    def voice_stage(self) -> StageDef | None:
+        """The stage that takes a request's voice, if the model has voices."""
+        return next((s for s in self.stages if s.voices), None)
 
     @property
     def modalities(self) -> dict[str, str]:

@@ -730,7 +730,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
         topology = model.omni.pipeline.resolved.topology
         messages = chat.conversation(model, body)
         outputs = chat.outputs_asked(model, body)
-        params = chat.stage_params(topology.entry.name, topology.names, body)
+        params = chat.stage_params(topology.entry.name, topology.names, body, model.voice_stage)
         audio_format = body.audio.format if body.audio is not None else "wav"
         omni = model.omni
         # a stage restarting after a fault is waited for (bounded) inside submit: off the event loop

@@ -65,16 +65,21 @@ def outputs_asked(model: Model, body: Any) -> tuple[str, ...]:
             f"{', '.join(repr(m) for m in unknown)}: drop it from modalities",
             field="modalities",
         )
-    if body.audio is not None and body.audio.voice not in (None, "default"):
+    voice = body.audio.voice if body.audio is not None else None
+    if voice not in (None, "default") and voice not in model.voices:
         raise ChatRequestError(
-            f'model {model.name!r} has no selectable voices; send audio.voice "default" or leave it out '
-            f"(got {body.audio.voice!r})",
+            (
+                f"model {model.name!r} has no voice {voice!r}; its voices are {', '.join(model.voices)}"
+                if model.voices
+                else f'model {model.name!r} has no selectable voices; send audio.voice "default" or leave it out '
+                f"(got {voice!r})"
+            ),
             field="audio.voice",
         )
     return tuple(dict.fromkeys(asked))
 
 
-def stage_params(entry: str, stages: list[str], body: Any) -> dict[str, dict[str, Any]]:
+def stage_params(entry: str, stages: list[str], body: Any, voice_stage: str | None = None) -> dict[str, dict[str, Any]]:
     """Per-stage parameters: the sampling fields for the entry stage, then ``stage_params``."""
     sampling: dict[str, Any] = {}
     limit = body.max_completion_tokens or body.max_tokens
@@ -85,6 +90,9 @@ def stage_params(entry: str, stages: list[str], body: Any) -> dict[str, dict[str
         if value is not None:
             sampling[name] = value
     params: dict[str, dict[str, Any]] = {entry: sampling} if sampling else {}
+    voice = body.audio.voice if body.audio is not None else None
+    if voice not in (None, "default") and voice_stage is not None:
+        params.setdefault(voice_stage, {})["voice"] = voice
     for stage, fields in (body.stage_params or {}).items():
         if stage not in stages:
             raise ChatRequestError(

@@ -67,6 +67,9 @@ class Model:
     capabilities: TTSCapabilities | None = None
     #: a multi-stage model's output modalities -> samples per second (None but for audio)
     outputs: dict[str, int | None] = field(default_factory=dict)
+    #: a multi-stage model's voices (the default first) and the stage that takes them
+    stage_voices: tuple[str, ...] = ()
+    voice_stage: str | None = None
 
     @property
     def name(self) -> str:
@@ -90,6 +93,8 @@ class Model:
 
     @property
     def voices(self) -> list[str]:
+        if self.multi_stage:
+            return list(self.stage_voices)
         return list(self.capabilities.voices) if self.capabilities is not None else []
 
     def effective(self, fields: dict[str, Any], name: str) -> Any:
@@ -129,11 +134,12 @@ class ModelTable:
         multi_stage = 0
         for source in self.config.models:
             outputs: dict[str, int | None] = {}
+            voiced: Any = None
             try:
                 identity = identify_model(source.path, recipe=source.recipe)
                 if identity.modality == "pipeline":
                     multi_stage += 1
-                    outputs = self._check_pipeline(source, identity)
+                    outputs, voiced = self._check_pipeline(source, identity)
             except OmniError as exc:
                 raise type(exc)(f"model {source.name!r} ({source.path}): {exc.message}") from None
             if source.recipe is not None and identity.modality == "speech":
@@ -147,16 +153,19 @@ class ModelTable:
                     f"serves {identity.task!r} models yet"
                 )
             self.models[source.name] = Model(source, identity, outputs=outputs)
+            if voiced is not None:
+                self.models[source.name].stage_voices, self.models[source.name].voice_stage = voiced.voices, voiced.name
         if self.config.stages and not multi_stage:
             raise RecipeError(
                 f"--stage sets stages of a multi-stage model, and none is served here (stages given: "
                 f"{sorted(self.config.stages)}); drop --stage"
             )
 
-    def _check_pipeline(self, source: ModelSource, identity: ServedModel) -> dict[str, int | None]:
+    def _check_pipeline(self, source: ModelSource, identity: ServedModel) -> tuple[dict[str, int | None], Any]:
         """The recipe's placement and ``--stage`` against the model's topology, before the port is
         bound (no weights, no process): a mistake there fails ``omni serve`` at once. Returns
-        what the model answers: output modality -> sample rate (None but for audio)."""
+        what the model answers (output modality -> sample rate, None but for audio) and the stage
+        that takes a voice (None: no voices)."""
         from omni_core.pipeline.placement import plan_pipeline
 
         recipe = identity.recipe
@@ -166,7 +175,8 @@ class ModelTable:
             overrides=self.config.stages or None,
             model_class_name=recipe.model_class_name if recipe is not None else None,
         )
-        return {s.final: s.sample_rate for s in resolved.topology.stages if s.final is not None}
+        outputs = {s.final: s.sample_rate for s in resolved.topology.stages if s.final is not None}
+        return outputs, resolved.topology.voice_stage
 
     def load_all(self, make_worker: Any) -> None:
         """Load each model in turn (on the caller's thread); raise at the first that fails,

@@ -27,6 +27,7 @@ def chat(
     audio_out: Path | None = typer.Option(
         None, "--audio-out", help="Also answer in speech and write it to this WAV file (models that speak)."
     ),
+    voice: str | None = typer.Option(None, "--voice", help="The voice to answer in (with --audio-out)."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="The most tokens of text to answer."),
     temperature: float | None = typer.Option(
         None, "--temperature", min=0.0, help="Sampling temperature; 0 or unset: greedy (the same answer every time)."
@@ -55,12 +56,12 @@ def chat(
         plugins = get_plugins()
         served = identify_model(model, plugins=plugins, recipe=recipe)
         if served.modality != "pipeline":
-            raise ModelNotServedError(
-                f"{model} is {served.describe()}, not a chat model; "
-                + ("speak with it: omni speak TEXT --model DIR" if served.modality == "speech" else "")
-                + ("generate with it: omni generate PROMPT --model DIR" if served.modality != "speech" else ""),
-                name=served.name,
+            how = (
+                "not a chat model; speak with it: omni speak TEXT --model DIR"
+                if served.modality == "speech"
+                else "not a chat model; generate with it: omni generate PROMPT --model DIR"
             )
+            raise ModelNotServedError(f"{model} is {served.describe()}, {how}", name=served.name)
         with Omni(model, plugins=plugins, recipe=recipe, stages=overrides) as omni:
             pipeline = omni.pipeline
             makes = pipeline.resolved.topology.modalities
@@ -72,8 +73,17 @@ def chat(
                 )
             if has_random_weights(model):
                 echo("note: a tiny checkpoint with RANDOM WEIGHTS (made by omni); its answer is noise.", err=True)
-            entry = pipeline.resolved.topology.entry.name
-            params = {entry: {k: v for k, v in sampling.items() if v is not None}}
+            topology = pipeline.resolved.topology
+            params = {topology.entry.name: {k: v for k, v in sampling.items() if v is not None}}
+            if voice is not None:
+                speaker = topology.voice_stage
+                if speaker is None or voice not in speaker.voices:
+                    raise OutputError(
+                        f"--voice {voice}: "
+                        + (f"the voices are {', '.join(speaker.voices)}" if speaker else "this model has no voices"),
+                        field="voice",
+                    )
+                params.setdefault(speaker.name, {})["voice"] = voice
             outputs = ("text", "audio") if audio_out is not None else ("text",)
             _answer(omni, messages, params, outputs, audio_out)
     except (OmniError, ValueError) as exc:

@@ -11,6 +11,16 @@ _STAGES = "omni_plugin_qwen_omni.stages"
 SAMPLE_RATE = 24000
 
 
+def voices_of(model_dir: Path) -> tuple[str, ...]:
+    """The checkpoint's voices (the speakers of ``spk_dict.pt``), its default first: what the
+    talker takes as ``voice`` and the server lists and accepts as ``audio.voice``."""
+    from omni_plugin_qwen_omni.stages import DEFAULT_VOICE, _load_speakers
+
+    names = [str(name) for name in _load_speakers(Path(model_dir))]
+    default = DEFAULT_VOICE if DEFAULT_VOICE in names else names[0]
+    return (default, *(n for n in names if n != default))
+
+
 class QwenOmni:
     """Qwen2.5-Omni: ``thinker`` (text, final for text) -> ``talker`` (codec codes) ->
     ``token2wav`` (waveform, final for audio). A text-only request stops after the thinker."""
@@ -37,6 +47,7 @@ class QwenOmni:
                     architecture="Qwen2_5OmniTalkerForConditionalGeneration",
                     inputs=("thinker",),
                     emits="codes",
+                    voices=voices_of(Path(model_dir)),
                 ),
                 StageDef(
                     name="token2wav",
