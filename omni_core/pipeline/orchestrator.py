@@ -136,6 +136,11 @@ class RequestStream:
     def cancel(self) -> None:
         self._pipeline.cancel(self.request_id)
 
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        """Stage -> seconds from it beginning the request to finishing it, for the stages done so far."""
+        return dict(self._flight.seconds)
+
     def result(self) -> PipelineResult:
         outputs: dict[str, list[Any]] = {}
         for chunk in self:
