@@ -87,6 +87,9 @@ NOT_RUN_REASONS = {
     ),
     "synopsis": "usage lines, not a command: their options are checked against --help",
     "run by tests/test_docs_authoring.py": "it needs the package the page builds; that test assembles and installs it",
+    "run by omni_plugins/vllm/tests/test_docs_vllm.py": (
+        "it needs vLLM, which only .venv-vllm has; that test runs these blocks there"
+    ),
 }
 
 _FENCE = re.compile(r"^```(\w*)(.*)$")

@@ -33,8 +33,8 @@ pytestmark = chat_marks()
     ("body", "status", "mention", "param"),
     [
         pytest.param({"modalities": ["image"]}, 400, "cannot answer with 'image'", "modalities", id="chat-modality"),
-        pytest.param({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
-                     400, "reads text only", "messages[0].content", id="chat-audio-part"),
+        pytest.param({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+                     400, "reads text and input_audio parts only", "messages[0].content", id="chat-image-part"),
         pytest.param({"audio": {"voice": "alloy"}, "modalities": ["audio"]}, 400,
                      "has no voice 'alloy'; its voices are high, low", "audio.voice", id="chat-voice"),
         pytest.param({"audio": {"format": "mp3"}}, 400, "audio.format", "audio.format", id="chat-audio-format"),

@@ -61,6 +61,7 @@ def test_the_model_is_listed_as_a_chat_model_with_what_it_answers(chat_server: S
     assert card["endpoints"] == ["/v1/chat/completions"]
     assert card["modalities"] == ["text", "audio"]
     assert card["voices"] == ["high", "low"]  # the wave stage's, its default first
+    assert card["content_parts"] == ["text", "input_audio"]  # what its token stage reads
     assert card["status"] == "ready"
 
 
@@ -101,6 +102,15 @@ def test_audio_voice_goes_to_the_stage_that_speaks(chat_server: ServerProcess, c
         got = base64.b64decode(answer["choices"][0]["message"]["audio"]["data"])
         assert got == reference(chat_model, 3, voice=voice)["pcm"]
     assert reference(chat_model, 3, voice="low")["pcm"] != reference(chat_model, 3, voice="high")["pcm"]
+
+
+def test_a_part_the_model_reads_reaches_its_entry_stage(chat_server: ServerProcess, chat_model: Path) -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "listen: "}, audio]}]
+    answer = post_chat(chat_server, {"messages": messages, "max_tokens": 3})
+    assert answer.status_code == 200, answer.text
+    # the stage got the parts as they were sent (the fixture reads a message's content as its text)
+    assert answer.json()["choices"][0]["message"]["content"] == reference(chat_model, 3, messages)["text"]
 
 
 def test_an_audio_only_answer_has_no_text_content(chat_server: ServerProcess, chat_model: Path) -> None:

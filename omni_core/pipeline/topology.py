@@ -66,6 +66,9 @@ class StageDef(BaseModel):
     #: samples per second of the audio a stage final for ``audio`` answers (required there:
     #: the server writes WAV and streams PCM at this rate)
     sample_rate: int | None = Field(default=None, gt=0)
+    #: the chat content part types the stage reads, when it takes the request (``text``,
+    #: ``input_audio``, ``image_url``): the server passes those on and refuses others by name
+    reads: tuple[str, ...] = ("text",)
     #: the voices this stage speaks in, the default first: a request's voice (the chat route's
     #: ``audio.voice``) goes to this stage as ``params["voice"]``. At most one stage has voices
     voices: tuple[str, ...] = ()

@@ -580,6 +580,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                 endpoints=list(m.endpoints),
                 voices=m.voices,
                 modalities=list(m.outputs),
+                content_parts=list(m.reads) if m.multi_stage else [],
                 status=m.state(),
             )
             for m in table.models.values()

@@ -32,23 +32,26 @@ AUDIO_TTL_S = 3600
 _SAMPLING = ("temperature", "top_p", "seed", "stop")
 
 
-def conversation(model: Model, body: Any) -> list[dict[str, str]]:
-    """The messages as the entry stage reads them: role and text content. Parts other than
-    text are refused by name (no model served through this route reads them yet)."""
-    messages: list[dict[str, str]] = []
+def conversation(model: Model, body: Any) -> list[dict[str, Any]]:
+    """The messages as the entry stage reads them: role and content. Text parts are joined into
+    a string; a message with other parts the model reads (its entry stage's ``reads``, such as
+    ``input_audio``) keeps its parts as dicts; a part the model does not read is refused by name."""
+    messages: list[dict[str, Any]] = []
     for n, message in enumerate(body.messages):
-        content = message.content
+        content: Any = message.content
         if isinstance(content, list):
-            texts = []
             for k, part in enumerate(content):
-                if part.type != "text" or part.text is None:
+                if part.type not in model.reads or (part.type == "text" and part.text is None):
+                    reads = " and ".join(model.reads)
                     raise ChatRequestError(
-                        f"messages[{n}].content[{k}] is a {part.type!r} part; model {model.name!r} reads text only: "
-                        'send {"type": "text", "text": ...} parts or a string',
+                        f"messages[{n}].content[{k}] is a {part.type!r} part; model {model.name!r} reads {reads} "
+                        f"parts only: send those, or a string",
                         field=f"messages[{n}].content",
                     )
-                texts.append(part.text)
-            content = "".join(texts)
+            if all(part.type == "text" for part in content):
+                content = "".join(part.text or "" for part in content)
+            else:
+                content = [part.model_dump(exclude_none=True) for part in content]
         messages.append({"role": message.role, "content": content})
     return messages
 

@@ -70,6 +70,8 @@ class Model:
     #: a multi-stage model's voices (the default first) and the stage that takes them
     stage_voices: tuple[str, ...] = ()
     voice_stage: str | None = None
+    #: the chat content part types its entry stage reads
+    reads: tuple[str, ...] = ("text",)
 
     @property
     def name(self) -> str:
@@ -135,11 +137,12 @@ class ModelTable:
         for source in self.config.models:
             outputs: dict[str, int | None] = {}
             voiced: Any = None
+            entry: Any = None
             try:
                 identity = identify_model(source.path, recipe=source.recipe)
                 if identity.modality == "pipeline":
                     multi_stage += 1
-                    outputs, voiced = self._check_pipeline(source, identity)
+                    outputs, voiced, entry = self._check_pipeline(source, identity)
             except OmniError as exc:
                 raise type(exc)(f"model {source.name!r} ({source.path}): {exc.message}") from None
             if source.recipe is not None and identity.modality == "speech":
@@ -155,17 +158,19 @@ class ModelTable:
             self.models[source.name] = Model(source, identity, outputs=outputs)
             if voiced is not None:
                 self.models[source.name].stage_voices, self.models[source.name].voice_stage = voiced.voices, voiced.name
+            if entry is not None:
+                self.models[source.name].reads = entry.reads
         if self.config.stages and not multi_stage:
             raise RecipeError(
                 f"--stage sets stages of a multi-stage model, and none is served here (stages given: "
                 f"{sorted(self.config.stages)}); drop --stage"
             )
 
-    def _check_pipeline(self, source: ModelSource, identity: ServedModel) -> tuple[dict[str, int | None], Any]:
+    def _check_pipeline(self, source: ModelSource, identity: ServedModel) -> tuple[dict[str, int | None], Any, Any]:
         """The recipe's placement and ``--stage`` against the model's topology, before the port is
         bound (no weights, no process): a mistake there fails ``omni serve`` at once. Returns
         what the model answers (output modality -> sample rate, None but for audio) and the stage
-        that takes a voice (None: no voices)."""
+        that takes a voice (None: no voices), and the stage that takes the request."""
         from omni_core.pipeline.placement import plan_pipeline
 
         recipe = identity.recipe
@@ -176,7 +181,7 @@ class ModelTable:
             model_class_name=recipe.model_class_name if recipe is not None else None,
         )
         outputs = {s.final: s.sample_rate for s in resolved.topology.stages if s.final is not None}
-        return outputs, resolved.topology.voice_stage
+        return outputs, resolved.topology.voice_stage, resolved.topology.entry
 
     def load_all(self, make_worker: Any) -> None:
         """Load each model in turn (on the caller's thread); raise at the first that fails,

@@ -114,8 +114,8 @@ SpeechBody: type[BaseModel] = create_model(
 
 
 class ChatContentPart(BaseModel):
-    """One part of a message's content; ``text`` parts are what a model reads (others are
-    refused by name until a model takes them)."""
+    """One part of a message's content: ``text``, or a part type the model reads (``input_audio``
+    with ``{"data": base64, "format": "wav"}``, ...: `GET /v1/models` lists each model's)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -137,7 +137,9 @@ class ChatAudioOptions(BaseModel):
     format: Literal["wav", "pcm16"] = Field(
         default="wav", description="The answer's audio: a WAV file, or raw 16-bit PCM. Streams always send pcm16."
     )
-    voice: str | None = Field(default=None, description='"default" (or left out): the model\'s own voice.')
+    voice: str | None = Field(
+        default=None, description='One of the model\'s voices (`GET /v1/models`); "default" or left out: its default.'
+    )
 
 
 class ChatCompletionBody(BaseModel):
@@ -242,6 +244,8 @@ class ModelCard(BaseModel):
     voices: list[str] = Field(default_factory=list)
     #: what a chat model answers with (its output modalities)
     modalities: list[str] = Field(default_factory=list)
+    #: the message content part types a chat model reads (``text``, ``input_audio``, ...)
+    content_parts: list[str] = Field(default_factory=list)
     status: Literal["loading", "ready", "failed"] = "ready"
 
 

@@ -36,6 +36,7 @@ class QwenOmni:
                     engine=f"{_STAGES}:ThinkerStage",
                     engine_name="transformers",
                     architecture="Qwen2_5OmniThinkerForConditionalGeneration",
+                    reads=("text", "input_audio"),
                     emits="tokens",
                     final="text",
                 ),
