@@ -44,6 +44,7 @@ PAGES = {
     "docs/authoring/commands.md": ("omni-plugin-hello", "hello", "command: hello"),
     "docs/authoring/connectors.md": ("omni-plugin-spool", "spool", "connector: spool"),
     "docs/authoring/executors.md": ("omni-plugin-popen", "popen", "executor: popen"),
+    "docs/authoring/stage-engines.md": ("omni-plugin-greedy", "greedy", "stage_engine: greedy"),
 }
 _TITLED = re.compile(r'^```\w+ title="([^"/][^"]*)"\n(.*?)^```', re.M | re.S)
 

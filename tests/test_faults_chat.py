@@ -182,3 +182,16 @@ def test_chat_with_a_model_that_does_not_chat_names_the_command_that_runs_it(
         timeout=120,
     )
     assert_clean_failure(result, 1, "not a chat model", "omni speak TEXT --model DIR")
+
+
+def test_explain_model_on_a_pipeline_model_points_at_explain_pipeline(
+    chat_site: Path, chat_model: Path, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [OMNI, "explain", "model", "--model", str(chat_model)],
+        env=server_env(tmp_path, sites=(chat_site,)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_clean_failure(result, 1, "a multi-stage model", f"omni explain pipeline --model {chat_model}")

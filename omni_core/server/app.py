@@ -819,7 +819,8 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                 while event is not chat.END:
                     if event.modality == "text":
                         piece = "".join(chat.text_piece(model, item) for item in event.items)
-                        yield chunk({"content": piece})
+                        if piece:  # a token whose text is held back (half a character) sends nothing yet
+                            yield chunk({"content": piece})
                     elif event.modality == "audio":
                         data = chat.audio_b64(chat.audio_chunk(model, event.items), "pcm16")
                         yield chunk({"audio": {"id": audio_id, "data": data}})

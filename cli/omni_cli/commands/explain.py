@@ -168,6 +168,14 @@ def explain_model_cmd(
         if offload:
             given["offload"] = tuple(offload)
         family = resolution.entry.load()
+        if not callable(getattr(family, "plan", None)):
+            from omni_core.errors import ModelNotServedError
+
+            raise ModelNotServedError(
+                f"{model} is served by {resolution.family!r}, a multi-stage model (no attention or offload plan of "
+                f"its own): `omni explain pipeline --model {model}` shows its stages, their engines and placement",
+                name=resolution.family,
+            )
         explanations = family.plan(model, EngineOptions.build(resolution, plugins, loaded_recipe, given))
     except (OmniError, ValueError) as exc:
         raise fail_with(exc) from None

@@ -31,6 +31,7 @@ three sub-models meet, so that each stage starts on its upstream's items as they
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +56,11 @@ TALKER_DEFAULTS: dict[str, Any] = {
 }
 TOKEN2WAV_DEFAULTS: dict[str, Any] = {"seed": 0, "num_steps": 10, "guidance_scale": 0.5, "sway_coefficient": -1.0}
 #: the voice ``generate`` speaks with unless told otherwise
+#: held while a stage loads: stages placed in threads of one process load at the same time, and
+#: transformers' lazy imports, its logging switches and the default dtype it sets while it builds
+#: a model are all process-wide
+_LOADING = threading.Lock()
+
 DEFAULT_VOICE = "Chelsie"
 _THINKER_EMBEDDINGS = "thinker.model.embed_tokens.weight"
 
@@ -112,15 +118,16 @@ def _quiet_loading() -> Iterator[None]:
     loading bar of a stage process."""
     from transformers.utils import logging as hf_logging
 
-    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bar:
-            hf_logging.enable_progress_bar()
+    with _LOADING:
+        level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(level)
+            if bar:
+                hf_logging.enable_progress_bar()
 
 
 def _load_speakers(model_dir: Path) -> dict[str, dict[str, Any]]:
@@ -167,10 +174,10 @@ class ThinkerStage(StageEngine):
 
     def __init__(self, model_dir: Path, stage: Any, options: dict[str, Any]) -> None:
         super().__init__(model_dir, stage, options)
-        from transformers import AutoTokenizer, Qwen2_5OmniThinkerForConditionalGeneration
-
         self.device = _device(stage, options)
         with _quiet_loading():
+            from transformers import AutoTokenizer, Qwen2_5OmniThinkerForConditionalGeneration
+
             model = Qwen2_5OmniThinkerForConditionalGeneration.from_pretrained(self.model_dir, dtype=_dtype(options))
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = model.to(self.device).eval()
@@ -324,10 +331,10 @@ class TalkerStage(StageEngine):
 
     def __init__(self, model_dir: Path, stage: Any, options: dict[str, Any]) -> None:
         super().__init__(model_dir, stage, options)
-        from transformers import Qwen2_5OmniTalkerForConditionalGeneration
-
         self.device = _device(stage, options)
         with _quiet_loading():
+            from transformers import Qwen2_5OmniTalkerForConditionalGeneration
+
             model = Qwen2_5OmniTalkerForConditionalGeneration.from_pretrained(self.model_dir, dtype=_dtype(options))
         self.model = model.to(self.device).eval()
         self.speakers = _load_speakers(self.model_dir)
@@ -453,10 +460,10 @@ class Token2WavStage(StageEngine):
 
     def __init__(self, model_dir: Path, stage: Any, options: dict[str, Any]) -> None:
         super().__init__(model_dir, stage, options)
-        from transformers import Qwen2_5OmniToken2WavModel
-
         self.device = _device(stage, options)
         with _quiet_loading():
+            from transformers import Qwen2_5OmniToken2WavModel
+
             model = Qwen2_5OmniToken2WavModel.from_pretrained(
                 self.model_dir, key_mapping={r"^token2wav\.": ""}, dtype=torch.float32
             )

@@ -28,3 +28,14 @@ def test_the_recipes_place_the_three_stages(tiny_omni: Path, recipe: str, placem
     assert resolved.edge("thinker", "talker").window == 1  # the talker starts on the first tokens
     assert resolved.stage("thinker").engine_options == {"dtype": "bfloat16"}
     assert resolved.stage("token2wav").engine_options == {}
+
+
+def test_the_single_process_recipe_answers(tiny_omni: Path) -> None:
+    """Every stage a thread of this process, loading at the same time (in bfloat16, as the
+    recipe says): each loads alone, so none sees another's half-set transformers state."""
+    from omni_core.api import Omni
+
+    with Omni(tiny_omni, recipe=RECIPES / "qwen2.5-omni-single-process.yaml") as omni:
+        result = omni.run([{"role": "user", "content": "hi"}], params={"thinker": {"max_tokens": 4}})
+    assert result.outputs["text"] and result.outputs["audio"]
+    assert all(sample.ndim == 1 and sample.numel() > 0 for sample in result.outputs["audio"])
