@@ -172,8 +172,9 @@ def explain_model_cmd(
             from omni_core.errors import ModelNotServedError
 
             raise ModelNotServedError(
-                f"{model} is served by {resolution.family!r}, a multi-stage model (no attention or offload plan of "
-                f"its own): `omni explain pipeline --model {model}` shows its stages, their engines and placement",
+                f"{model} is served by {resolution.family!r}, "
+                "a multi-stage model (no attention or offload plan of its own): "
+                f"`omni explain pipeline --model {model}` shows its stages, their engines and placement",
                 name=resolution.family,
             )
         explanations = family.plan(model, EngineOptions.build(resolution, plugins, loaded_recipe, given))
