@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from omni_plugin_llm.text import prompt_ids
+
 from omni_core.errors import ChatRequestError, ModelLoadError, PipelineConfigError
 from omni_core.pipeline.stage import StageEngine
 
@@ -327,39 +329,6 @@ def _check_params(params: Mapping[str, Any]) -> None:
         raise ChatRequestError("stop strings must not be empty", field="stop")
 
 
-def _messages(prompt: list[Any]) -> list[dict[str, str]]:
-    """Chat messages as the chat template reads them: role and text content. Content parts
-    other than text are refused by name."""
-    messages = []
-    for n, message in enumerate(prompt):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ChatRequestError(
-                f"messages[{n}] is not a message: send {{'role': ..., 'content': ...}} dicts", field=f"messages[{n}]"
-            )
-        content = message.get("content")
-        if isinstance(content, list):
-            texts = []
-            for k, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-                if kind != "text" or not isinstance(part.get("text"), str):
-                    raise ChatRequestError(
-                        f"messages[{n}].content[{k}] is a {kind!r} part; the vLLM stage reads text only: send "
-                        '{"type": "text", "text": ...} parts or a string',
-                        field=f"messages[{n}].content",
-                    )
-                texts.append(part["text"])
-            content = "".join(texts)
-        elif content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise ChatRequestError(
-                f"messages[{n}].content is a {type(content).__name__}; send a string or a list of text parts",
-                field=f"messages[{n}].content",
-            )
-        messages.append({"role": message["role"], "content": content})
-    return messages
-
-
 class VllmStageEngine(StageEngine):
     """Runs an ``ar`` stage on vLLM: items are token ids, :meth:`for_output` their text."""
 
@@ -469,7 +438,8 @@ class VllmStageEngine(StageEngine):
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             raw = {"prompt_token_ids": list(prompt)}
         elif isinstance(prompt, list) and prompt:
-            raw = {"prompt_token_ids": self._chat_ids(_messages(prompt))}
+            # the causal-lm family's own reading of its stage input: the same ids as its engine
+            raw = {"prompt_token_ids": prompt_ids(self.tokenizer, prompt)}
         else:
             raise ChatRequestError(
                 f"the vLLM stage takes a prompt string, chat messages or token ids, got {type(prompt).__name__}"
@@ -486,15 +456,6 @@ class VllmStageEngine(StageEngine):
             return raw
         except _refusals() as exc:  # a prompt longer than the context, ...
             raise ChatRequestError(f"vLLM refused the request: {exc}") from None
-
-    def _chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ChatRequestError(
-                f"the checkpoint's tokenizer ({self.model_dir}) has no chat template: send a prompt string",
-                field="messages",
-            )
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _sampling(self, params: Mapping[str, Any]) -> Any:
         from vllm import SamplingParams
