@@ -12,6 +12,7 @@ import io
 import json
 import os
 import subprocess
+import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -360,4 +361,98 @@ def test_api_key_is_sent_on_every_request_and_remembered(browser: Browser, keyed
         _models_loaded(page)
         assert page.input_value("#api-key") == API_KEY
         assert page.is_hidden("#models-error")
+        assert session.foreign_requests() == []
+
+
+# -- chat ------------------------------------------------------------------------------------------
+
+
+def _chat_reference(model_dir: Path, messages: list[dict[str, str]], max_tokens: int, voice: str | None) -> Any:
+    """The answer of the test pipeline's stage classes called in this process: its text, and its
+    audio as the 16-bit PCM a chat stream sends."""
+    import numpy as np
+    from omni_fixture_pipeline.stages import reference
+
+    from omni_core.speech.audio import Audio, encode
+
+    want = reference(model_dir, messages, {"tokens": {"max_tokens": max_tokens}, "wave": {"voice": voice}})
+    samples = np.concatenate([np.clip(np.asarray(a, dtype=np.float32), -1.0, 1.0) for a in want["audio"]])
+    return "".join(want["text"]), encode(Audio(samples, 16000), "pcm")
+
+
+def _chat_log(page: Page) -> list[list[str]]:
+    return page.eval_on_selector_all("#chat-log li", "els => els.map(e => [e.className, e.lastChild.textContent])")
+
+
+def _answered(page: Page, turns: int) -> None:
+    page.wait_for_function(
+        f"document.querySelectorAll('#chat-log li').length === {2 * turns} && "
+        "document.getElementById('chat-status').textContent.startsWith('Answered')"
+    )
+
+
+def test_chat_streams_the_answer_speaks_it_and_keeps_the_conversation(
+    browser: Browser, chat_server: ServerProcess, chat_model: Path
+) -> None:
+    """The chat tab against ``omni serve`` of the three-stage test pipeline: the streamed text
+    and the spoken answer (a WAV the page builds from the stream's PCM chunks) are exactly what
+    the stages make; a second turn sends the first one back; a new conversation forgets it."""
+    from serving import CHAT_MODEL
+
+    with _open(browser, chat_server) as session:
+        page = session.page
+        page.wait_for_function("document.querySelectorAll('#chat-model option[value]:not([value=\"\"])').length > 0")
+        page.click("#tab-chat")
+        assert page.eval_on_selector_all("#chat-model option", "els => els.map(e => e.value)") == [CHAT_MODEL]
+        # the model speaks: its voices are offered, and speech can be asked for
+        assert page.eval_on_selector_all("#chat-voice option", "els => els.map(e => e.value)") == ["high", "low"]
+        assert page.is_enabled("#chat-speak") and not page.is_checked("#chat-speak")
+
+        page.fill("#chat-system", "be brief")
+        page.fill("#chat-text", "say something")
+        page.fill("#chat-max-tokens", "5")
+        page.check("#chat-speak")
+        page.select_option("#chat-voice", "low")
+        page.click("#chat-send")
+        _answered(page, 1)
+        page.wait_for_function("document.getElementById('chat-audio').src.startsWith('blob:')")
+        first = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say something"}]
+        text, pcm = _chat_reference(chat_model, first, 5, "low")
+        assert _chat_log(page) == [["user", "say something"], ["assistant", text]]
+        wav_b64 = page.evaluate(
+            """async () => {
+                 const bytes = new Uint8Array(await (await fetch(document.getElementById('chat-audio').src)).arrayBuffer());
+                 let s = ''; bytes.forEach((b) => { s += String.fromCharCode(b); }); return btoa(s);
+               }"""
+        )
+        with wave.open(io.BytesIO(base64.b64decode(wav_b64))) as wav:
+            assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (16000, 1, 2)
+            assert wav.readframes(wav.getnframes()) == pcm
+        assert _metadata(page, "#chat-audio")["duration"] > 0  # the browser plays it
+        assert page.input_value("#chat-text") == ""
+
+        # a second turn, text only: the first turn goes back to the model with it
+        page.uncheck("#chat-speak")
+        page.fill("#chat-text", "and again")
+        page.click("#chat-send")
+        _answered(page, 2)
+        second = [*first, {"role": "assistant", "content": text}, {"role": "user", "content": "and again"}]
+        again, _ = _chat_reference(chat_model, second, 5, None)
+        assert _chat_log(page)[2:] == [["user", "and again"], ["assistant", again]]
+        assert session.posted("/v1/chat/completions") == [
+            {
+                "model": CHAT_MODEL,
+                "messages": first,
+                "modalities": ["text", "audio"],
+                "stream": True,
+                "max_tokens": 5,
+                "audio": {"voice": "low"},
+            },
+            {"model": CHAT_MODEL, "messages": second, "modalities": ["text"], "stream": True, "max_tokens": 5},
+        ]
+
+        page.click("#chat-new")
+        assert _chat_log(page) == [] and page.is_hidden("#chat-audio")
+        assert page.is_hidden("#chat-error")
+        assert session.console_errors == []
         assert session.foreign_requests() == []
