@@ -421,7 +421,8 @@ def test_chat_streams_the_answer_speaks_it_and_keeps_the_conversation(
         assert _chat_log(page) == [["user", "say something"], ["assistant", text]]
         wav_b64 = page.evaluate(
             """async () => {
-                 const bytes = new Uint8Array(await (await fetch(document.getElementById('chat-audio').src)).arrayBuffer());
+                 const audio = await fetch(document.getElementById('chat-audio').src);
+                 const bytes = new Uint8Array(await audio.arrayBuffer());
                  let s = ''; bytes.forEach((b) => { s += String.fromCharCode(b); }); return btoa(s);
                }"""
         )
