@@ -21,11 +21,14 @@ What it does, in one run:
    payload and asks for the next. Each side times itself (no clock crosses a process), and
    neither competes with the other for the CPUs. total = put + get. Beside it, in this
    process and in the same run, interleaved with the connectors rep by rep, two copies of the
-   same bytes: **memcpy** (into a preallocated, already touched buffer: the memory bandwidth)
-   and **alloc + copy** (``bytearray(src)``: a new buffer, as a new Python object gets one,
-   paying the kernel's page faults and zeroing; below glibc's mmap threshold, 32 MiB at most,
-   the allocator hands back the memory just freed, so it is a warm copy there too). Ratios are
-   speeds, connector / copy (0.5x: half as fast). ``read pages`` is informational: the time to
+   same bytes, the two baselines: **memcpy (warm)**, into a preallocated, already touched
+   buffer: the memory bandwidth, the hardware's ceiling, which no move to another process
+   reaches; and **alloc+copy (new)**, ``bytearray(src)``: a new buffer, as a new Python object
+   gets one, paying the kernel's page faults and zeroing, as every move to another process
+   does (the receiving side, or the shared segment, needs new pages), so the fair floor of a
+   transfer. Below glibc's mmap threshold, 32 MiB at most, the allocator hands back the memory
+   just freed, so it is a warm copy there too. Ratios are speeds, connector / copy (0.5x: half
+   as fast). ``read pages`` is informational: the time to
    then read one byte of every 4 KiB page of what ``get`` returned, which zero-copy connectors
    defer to the first reader.
    Medians over ``reps`` (fewer for large payloads), after warm-up reps.
@@ -59,7 +62,6 @@ the load on the machine, which the header reports.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import shutil
@@ -92,6 +94,10 @@ CONNECTORS = ("inprocess", "shm", "tcp")
 PROMPT = "a short answer"
 #: the bytes one "read pages" step reads apart
 PAGE = 4096
+
+#: the two copies the connectors are compared with: a memcpy into a warm buffer (the hardware's
+#: ceiling) and an allocating copy (new pages, as a move to another process needs)
+WARM, NEW = "memcpy (warm)", "alloc+copy (new)"
 
 #: goal from the issue: shm at least this fast, relative to memcpy, from GOAL_FROM bytes up
 GOAL_SHM_RATIO = 0.5
@@ -181,128 +187,67 @@ def read_pages(obj: Any) -> int:
     return int(obj[::PAGE].sum())
 
 
-def producer_main(conn: Any, connector: str, run_id: str, extra: dict[str, Any]) -> None:
-    """A spawned producer: puts on command, answers each handle with its put time."""
-    from omni_core.pipeline.connector import ConnectorContext, Edge
-    from omni_core.plugins import load_plugins
-
-    try:
-        cls = load_plugins().connectors.load(connector)
-        instance = cls(extra, ConnectorContext(run_id=run_id, owner=EDGE_SOURCE))
-    except BaseException as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    edge = Edge(EDGE_SOURCE, EDGE_TARGET)
-    conn.send(("ready", os.getpid()))
-    payload: Any = None
-    try:
-        while True:
-            message = conn.recv()
-            if message[0] == "stop":
-                break
-            _, n, rid = message
-            try:
-                if payload is None or len(payload) != n:
-                    payload = None  # free the previous size first
-                    payload = make_payload(n)
-                start = time.perf_counter()
-                handle = instance.put(edge, rid, payload, timeout=60.0)
-                elapsed = time.perf_counter() - start
-            except BaseException as exc:
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
-                continue
-            conn.send(("ok", handle, elapsed))
-    finally:
-        instance.close()
-
-
-class RemoteProducer:
-    """A producer in a spawned process (never forked: this process has imported torch)."""
-
-    def __init__(self, connector: str, run_id: str, extra: dict[str, Any]) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        self.conn, theirs = context.Pipe(duplex=True)
-        self.process = context.Process(
-            target=producer_main, args=(theirs, connector, run_id, extra), name=f"bench-producer-{connector}"
-        )
-        self.process.start()
-        theirs.close()
-        self.connector = connector
-
-    def wait_ready(self) -> None:
-        if not self.conn.poll(120):
-            raise SystemExit(f"the {self.connector} producer did not start within 120 s")
-        status, detail = self.conn.recv()
-        if status != "ready":
-            raise SystemExit(f"the {self.connector} producer failed to start: {detail}")
-
-    def put(self, n: int, rid: str) -> tuple[Any, float]:
-        self.conn.send(("put", n, rid))
-        if not self.conn.poll(300):
-            raise SystemExit(f"the {self.connector} producer did not answer a put of {n:,} bytes within 300 s")
-        answer = self.conn.recv()
-        if answer[0] != "ok":
-            raise SystemExit(f"{self.connector} put of {n:,} bytes failed: {answer[1]}")
-        return answer[1], answer[2]
-
-    def close(self) -> None:
-        try:
-            self.conn.send(("stop",))
-        except OSError:
-            pass
-        self.process.join(30)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self.conn.close()
-
-
 class LocalProducer:
-    """The producer of the inprocess connector: a second instance in this process."""
+    """The producer of the inprocess connector: a second instance in this process, driven as a
+    :class:`~omni_core.testing.connectors.ConnectorProcess` is (the producer of the others)."""
 
     def __init__(self, cls: Any, run_id: str, extra: dict[str, Any]) -> None:
-        from omni_core.pipeline.connector import ConnectorContext, Edge
+        from omni_core.pipeline.connector import ConnectorContext
 
         self.instance = cls(extra, ConnectorContext(run_id=run_id, owner=EDGE_SOURCE))
-        self.edge = Edge(EDGE_SOURCE, EDGE_TARGET)
-        self.payload: Any = None
+        self.kept: tuple[int, Any] | None = None
 
-    def wait_ready(self) -> None:
-        pass
+    def ready(self) -> int:
+        return os.getpid()
 
-    def put(self, n: int, rid: str) -> tuple[Any, float]:
-        if self.payload is None or len(self.payload) != n:
-            self.payload = None
-            self.payload = make_payload(n)
+    def put(self, edge: Any, rid: str, n: int, *, timeout: float) -> tuple[Any, float]:
+        if self.kept is None or self.kept[0] != n:
+            self.kept = None  # free the previous size first
+            self.kept = (n, make_payload(n))
         start = time.perf_counter()
-        handle = self.instance.put(self.edge, rid, self.payload, timeout=60.0)
+        handle = self.instance.put(edge, rid, self.kept[1], timeout=timeout)
         return handle, time.perf_counter() - start
 
-    def close(self) -> None:
-        self.payload = None
+    def stop(self) -> None:
+        self.kept = None
         self.instance.close()
 
 
 class Transport:
-    """One connector under test: its producer and this process's consumer instance."""
+    """One connector under test: its producer (a spawned process, or for ``inprocess`` a second
+    instance here) and this process's consumer instance."""
 
     def __init__(self, name: str, cls: Any, extra: dict[str, Any]) -> None:
         from omni_core.pipeline.connector import ConnectorContext, Edge
+        from omni_core.testing.connectors import ConnectorProcess
 
         self.name = name
         self.run_id = f"bench{uuid.uuid4().hex[:8]}"
         self.same_process = bool(getattr(cls, "same_process_only", False))
-        self.producer: LocalProducer | RemoteProducer = (
-            LocalProducer(cls, self.run_id, extra) if self.same_process else RemoteProducer(name, self.run_id, extra)
+        # never forked: this process has imported torch; the producer builds each size once
+        # (make_payload) and keeps it while the size repeats
+        self.producer: LocalProducer | ConnectorProcess = (
+            LocalProducer(cls, self.run_id, extra)
+            if self.same_process
+            else ConnectorProcess(
+                cls, self.run_id, extra, owner=EDGE_SOURCE, payloads=make_payload, answer_timeout=300, wait=False
+            )
         )
         # this side owns the run: its close reclaims anything a producer left behind
         self.consumer = cls(extra, ConnectorContext(run_id=self.run_id, owner=EDGE_TARGET, is_owner=True))
         self.edge = Edge(EDGE_SOURCE, EDGE_TARGET)
 
+    def wait_ready(self) -> None:
+        try:
+            self.producer.ready()
+        except AssertionError as exc:
+            raise SystemExit(f"the {self.name} producer failed to start: {exc}") from None
+
     def once(self, n: int, rid: str) -> dict[str, Any]:
-        handle, put_s = self.producer.put(n, rid)
+        try:
+            handle, put_s = self.producer.put(self.edge, rid, n, timeout=60.0)
+        except AssertionError as exc:
+            raise SystemExit(f"{self.name} put of {n:,} bytes failed: {exc}") from None
         start = time.perf_counter()
         payload = self.consumer.get(self.edge, rid, handle, timeout=60.0)
         last = touch_one(payload)
@@ -316,7 +261,7 @@ class Transport:
         return {"put": put_s, "get": get_s, "read": read_s, "nbytes": handle["nbytes"], "inline": "inline" in handle}
 
     def close(self) -> None:
-        self.producer.close()
+        self.producer.stop()
         self.consumer.close()
 
 
@@ -416,7 +361,7 @@ def open_transports(plugins: Any, wanted: list[str]) -> tuple[list[Transport], d
             extra = {"max_buffered_bytes": 2 * max(SIZES)}  # one payload in flight; room for the largest
         transports.append(Transport(name, cls, extra))
     for transport in transports:
-        transport.producer.wait_ready()
+        transport.wait_ready()
     return transports, skipped
 
 
@@ -424,25 +369,14 @@ def open_transports(plugins: Any, wanted: list[str]) -> tuple[list[Transport], d
 
 
 def fixture_site(cache: Path) -> Path:
-    """The test pipeline installed into a site directory of its own (as tests/test_pipeline_runtime.py
-    does), once per version of its files."""
-    digest = hashlib.sha256()
-    for path in sorted(FIXTURE.rglob("*")):
-        parts = set(path.relative_to(FIXTURE).parts)
-        if path.is_file() and not parts & {"build", "__pycache__"} and not any(p.endswith(".egg-info") for p in parts):
-            digest.update(str(path.relative_to(FIXTURE)).encode() + b"\0" + path.read_bytes())
-    site = cache / f"site-{digest.hexdigest()[:12]}"
-    if (site / ".complete").exists():
-        return site
-    from omni_core.testing import install_plugin
+    """The test pipeline installed into a site directory of its own and put on ``sys.path``
+    (spawned stage processes get it too), once per version of its files."""
+    from omni_core.testing import plugin_site
 
-    shutil.rmtree(site, ignore_errors=True)
     try:
-        install_plugin(FIXTURE, site)
+        return plugin_site(FIXTURE, cache)
     except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"cannot install the test pipeline into {site}:\n{exc.stdout}\n{exc.stderr}") from None
-    (site / ".complete").write_text("")
-    return site
+        raise SystemExit(f"cannot install the test pipeline into {cache}:\n{exc.stdout}\n{exc.stderr}") from None
 
 
 def placement(where: str, window: int) -> dict[str, Any]:
@@ -640,7 +574,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     big = {k: v for k, v in report["connectors"].items() if v["bytes"] >= GOAL_FROM}
     if "shm" not in report["transports"] or not big:
         return rows
-    for key, what in (("vs_memcpy", "memcpy"), ("vs_alloc_copy", "alloc + copy")):
+    for key, what in (("vs_memcpy", WARM), ("vs_alloc_copy", NEW)):
         values = {size: row["connectors"]["shm"][key] for size, row in big.items()}
         rows.append(
             {
@@ -679,11 +613,11 @@ def print_report(report: dict[str, Any]) -> None:
     )
     for size, row in report["connectors"].items():
         say(
-            f"   {size:>7} {'memcpy':<16} {'':>9} {'':>9} {ms(row['memcpy_ms'])} {row['memcpy_mib_s']:9.0f} "
+            f"   {size:>7} {WARM:<16} {'':>9} {'':>9} {ms(row['memcpy_ms'])} {row['memcpy_mib_s']:9.0f} "
             f"{ratio(1.0, 10)} {ratio(row['memcpy_ms'] / row['alloc_copy_ms'], 14)}"
         )
         say(
-            f"   {'':>7} {'alloc + copy':<16} {'':>9} {'':>9} {ms(row['alloc_copy_ms'])} "
+            f"   {'':>7} {NEW:<16} {'':>9} {'':>9} {ms(row['alloc_copy_ms'])} "
             f"{row['alloc_copy_mib_s']:9.0f} {ratio(row['memcpy_ms'] / row['alloc_copy_ms'], 10)} {ratio(1.0, 14)}"
         )
         for name in names:
@@ -695,6 +629,13 @@ def print_report(report: dict[str, Any]) -> None:
             )
     reps = ", ".join(f"{size} {row['reps']}" for size, row in report["connectors"].items())
     say(f"   medians over reps ({reps}); vs: speed ratio, connector / copy; inline: the payload rode in the handle")
+    say("   baselines: the same bytes copied in this process, interleaved with the connectors rep by rep")
+    say(f"   {WARM:<16}  into a buffer already faulted in: the memory bandwidth, the hardware's ceiling")
+    say(
+        f"   {NEW:<16}  into a new buffer (bytearray(src)), paying page faults and zeroing: moving a payload to another"
+    )
+    say(f"   {'':<16}  process always needs new pages (the receiver's, or the shared segment's): any transfer pays it")
+    say(f"   {'':<16}  (under glibc's mmap threshold, 32 MiB at most, freed memory is reused: a warm copy there too)")
     say("")
     o = report["overhead"]
     d = o["direct_stages_p50_ms"]
@@ -739,7 +680,7 @@ def print_report(report: dict[str, Any]) -> None:
     say("Goals")
     for line in report["goals"]:
         mark = verdict(line["pass"]) + (" (informational)" if line["informational"] else "")
-        say(f"   {line['goal']:<44} {line['value']:>28}  {mark}")
+        say(f"   {line['goal']:<48} {line['value']:>28}  {mark}")
     if not report["goals"]:
         say("   shm not measured at 64 MiB or more: no goal to check")
 
@@ -783,8 +724,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     load_before = load_average()
-    site = fixture_site(args.cache.resolve())
-    sys.path.insert(0, str(site))  # spawned stage processes get this sys.path too
+    fixture_site(args.cache.resolve())
 
     import torch
     from omni_fixture_pipeline.model import FixturePipeline

@@ -25,7 +25,7 @@ from omni_core.errors import (  # noqa: E402
 )
 from omni_core.pipeline.orchestrator import Pipeline  # noqa: E402
 from omni_core.pipeline.placement import describe, plan_pipeline  # noqa: E402
-from omni_core.testing import install_plugin  # noqa: E402
+from omni_core.testing import plugin_site  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-pipeline"
 PROMPT = "a short answer"
@@ -35,9 +35,7 @@ PROMPT = "a short answer"
 def pipeline_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fixture plugin installed into its own site directory, put on sys.path (spawned stage
     processes inherit it)."""
-    site = install_plugin(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
-    sys.path.insert(0, str(site))
-    return site
+    return plugin_site(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
 
 
 @pytest.fixture(scope="session")

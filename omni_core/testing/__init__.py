@@ -26,7 +26,11 @@ ModelRegistrar(Provider(...)); registrar.register(...)``), then ``plugin_set_of(
 (or :func:`build_registries`), the same builder ``load_plugins`` uses.
 
 A second plugin beside yours (a fixture of your tests): :func:`install_plugin` pip-installs its
-source tree into a site directory of the test's own.
+source tree into a site directory of the test's own; :func:`plugin_site` does it once per version
+of the plugin's files and puts the site on ``sys.path``.
+
+Connectors: :mod:`omni_core.testing.connectors` has seeded payload cases, ``assert_same`` and
+``ConnectorProcess``, an instance of the connector in a spawned process driven by the test.
 
 Executors: :mod:`omni_core.testing.executors` has the kit's two-stage pipeline (plain Python,
 no torch), ``kit_pipeline`` to run it on an executor with its options and ``kit_request`` to
@@ -52,7 +56,7 @@ from omni_core.testing.checks import (
     isolated_settings,
 )
 from omni_core.testing.fixtures import omni_isolated
-from omni_core.testing.install import install_plugin
+from omni_core.testing.install import install_plugin, plugin_site
 from omni_core.testing.suite import PluginConformance
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "isolated_settings",
     "omni_isolated",
     "plugin_set_of",
+    "plugin_site",
     "reference_attention",
     "reference_attention_varlen",
 ]

@@ -31,8 +31,21 @@ process is waited for within a bound and killed past it, and every instance is c
 owner last, so nothing of the check outlives it.
 
 For a connector's own tests (its failure modes, its large payloads, its processes):
-:func:`payload_cases` (seeded payloads of several dtypes and layouts; needs torch and numpy)
-and :func:`assert_same` (fails naming where a payload arrived changed).
+:func:`payload_cases` (seeded payloads of several dtypes and layouts; needs torch and numpy),
+:func:`big_payload` (a tensor of any size, 256 MiB included, cheap to build),
+:func:`payload_case` (either, by name), :func:`assert_same` (fails naming where a payload
+arrived changed) and :class:`ConnectorProcess` (an instance of the connector in a spawned
+process, as a stage's is, putting and getting payloads by case name on command)::
+
+    from omni_core.testing.connectors import ConnectorProcess, assert_same, payload_cases
+
+    def test_payloads_put_by_a_stage_process_arrive_here(run_id):
+        here = MyConnector({}, ConnectorContext(run_id=run_id, owner="orchestrator", is_owner=True))
+        with ConnectorProcess(MyConnector, run_id) as stage:
+            for name in payload_cases():
+                handle, _ = stage.put(EDGE, "req-1", name)
+                assert_same(here.get(EDGE, "req-1", handle, timeout=10), payload_cases()[name], name)
+        here.close()
 """
 
 from __future__ import annotations
@@ -41,15 +54,20 @@ import functools
 import importlib.util
 import math
 import multiprocessing
+import os
 import sys
+import time
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from omni_core.errors import ConnectorError, PayloadError
 from omni_core.kinds import Kind
 from omni_core.pipeline.connector import Connector, ConnectorContext, ConnectorOptions, Edge
+
+if TYPE_CHECKING:
+    import torch
 
 #: seconds each put and get of the check may take
 TRANSFER_TIMEOUT_S = 10.0
@@ -141,9 +159,10 @@ def difference(got: Any, want: Any, where: str = "payload") -> str | None:
 
 def payload_cases() -> dict[str, Any]:
     """Payloads for a connector's own tests, by case name: torch tensors of several dtypes
-    (bfloat16, a 0-d, a non-contiguous and an empty one), numpy arrays, empty bytes, a nested
-    dict of tensors, arrays, lists, tuples and plain values, and ``large`` (2 MiB, past a
-    default inline threshold). Seeded: every process builds the same values, so a spawned
+    (float16, float32, bfloat16, int64 beyond 32 bits, a 0-d, a non-contiguous and an empty
+    one), numpy arrays (float64, uint8, bool, non-contiguous, Fortran-ordered), empty bytes, a
+    nested dict of tensors, arrays, lists, tuples and plain values, and ``large`` (2 MiB, past
+    a default inline threshold). Seeded: every process builds the same values, so a spawned
     process compares what it got with its own copy. Needs torch and numpy."""
     import numpy as np
     import torch
@@ -162,6 +181,8 @@ def payload_cases() -> dict[str, Any]:
         "numpy_float64": rng.standard_normal((17, 3)),
         "numpy_uint8": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
         "numpy_non_contiguous": np.arange(60, dtype=np.int32).reshape(6, 10)[:, ::3],
+        "numpy_bool": rng.integers(0, 2, size=50).astype(bool),
+        "numpy_fortran": np.asfortranarray(rng.standard_normal((64, 48)).astype(np.float32)),
         "nested": {
             "audio": torch.randn(2, 480, generator=gen),
             "meta": {"sample_rate": 24000, "speaker": "Ethan", "done": False, "score": 0.25, "none": None},
@@ -179,6 +200,232 @@ def assert_same(got: Any, want: Any, where: str = "payload") -> None:
     found = difference(got, want, where)
     if found is not None:
         raise AssertionError(found)
+
+
+def big_payload(nbytes: int) -> torch.Tensor:
+    """An int32 tensor of ``nbytes`` bytes (a multiple of 4) counting up from 0: every element
+    differs, so a misplaced page shows, and 256 MiB of it builds in a fraction of a second, the
+    same in every process. Needs torch."""
+    import torch
+
+    if nbytes < 0 or nbytes % 4:
+        raise ValueError(f"big_payload needs a multiple of 4 bytes, not {nbytes:,}")
+    return torch.arange(nbytes // 4, dtype=torch.int32)
+
+
+def payload_case(name: str) -> Any:
+    """One payload by name, the same in every process: a case of :func:`payload_cases`, or
+    ``big_<MiB>`` (:func:`big_payload` of that many MiB, ``big_256``). What
+    :class:`ConnectorProcess` builds by default."""
+    if name.startswith("big_") and name[4:].isdigit():
+        return big_payload(int(name[4:]) << 20)
+    cases = payload_cases()
+    if name not in cases:
+        raise KeyError(f"no payload case {name!r}: one of {sorted(cases)}, or big_<MiB>")
+    return cases[name]
+
+
+def serve_connector(
+    conn: Any,
+    connector: type[Connector],
+    context: ConnectorContext,
+    extra: dict[str, Any],
+    payloads: Callable[[Any], Any],
+) -> None:  # pragma: no cover - runs in the spawned process; its answers are checked by the parent
+    """The body of a :class:`ConnectorProcess`: build the connector, say ``("ready", pid)``, then
+    run the parent's commands until ``stop`` (close the connector) or ``leave`` (exit without
+    closing it, as a stage that crashed or forgot). Each answer is ``("ok", value)`` or
+    ``("error", "Type: message and traceback")``."""
+    instance = None
+    leave = False
+    kept: tuple[Any, Any] | None = None  # the last case put: a case put again is not rebuilt
+
+    def build(case: Any) -> Any:
+        nonlocal kept
+        if kept is None or kept[0] != case:
+            kept = None  # free the previous payload first
+            kept = (case, payloads(case))
+        return kept[1]
+
+    try:
+        try:
+            instance = connector(extra, context)
+        except BaseException as exc:
+            conn.send(("error", f"{_raised(exc)}\n{traceback.format_exc(limit=-3)}"))
+            return
+        conn.send(("ready", os.getpid()))
+        while True:
+            try:
+                command = conn.recv()
+            except (EOFError, OSError):
+                return  # the parent is gone
+            op, args = command[0], command[1:]
+            try:
+                if op == "stop":
+                    return
+                if op == "leave":
+                    leave = True
+                    conn.send(("ok", None))
+                    return
+                if op == "put":
+                    edge, request_id, case, timeout = args
+                    payload = build(case)
+                    start = time.perf_counter()
+                    handle = instance.put(edge, request_id, payload, timeout=timeout)
+                    conn.send(("ok", (handle, time.perf_counter() - start)))
+                elif op == "get":
+                    edge, request_id, handle, case, timeout = args
+                    start = time.perf_counter()
+                    got = instance.get(edge, request_id, handle, timeout=timeout)
+                    seconds = time.perf_counter() - start
+                    assert_same(got, payloads(case), str(case))
+                    del got
+                    conn.send(("ok", seconds))
+                elif op == "cleanup":
+                    instance.cleanup(args[0])
+                    conn.send(("ok", None))
+                elif op == "health":
+                    conn.send(("ok", instance.health()))
+                else:
+                    conn.send(("error", f"KeyError: no command {op!r}"))
+            except BaseException as exc:
+                conn.send(("error", f"{_raised(exc)}\n{traceback.format_exc(limit=-3)}"))
+    finally:
+        if instance is not None and not leave:
+            instance.close()
+        conn.close()
+
+
+class ConnectorProcess:
+    """An instance of ``connector`` in a process of its own, started with ``multiprocessing``'s
+    ``spawn`` (a fresh interpreter, as a pipeline's stage process is), driven from this one.
+
+    The payloads never cross the control pipe: each side builds a case by its name with
+    ``payloads`` (:func:`payload_case` by default; any function defined at a module's top
+    level, taking the name), so only names, handles and timings travel. ``put`` answers the
+    handle and the seconds the put took there; ``get`` gets a handle there and compares what
+    arrived with its own copy of the case (:func:`assert_same`). A command that raises there,
+    a process that dies or does not answer within ``answer_timeout`` fails with
+    AssertionError, naming what happened. ``stop()`` (or leaving the ``with`` block) closes the
+    connector and ends the process, killing it past the bound; ``leave()`` ends it without
+    closing the connector, so what it put must outlive it. ``process`` is the
+    ``multiprocessing`` process (``kill()`` it to test a crash), ``pid`` its id.
+
+    ``connector`` is the class, defined at a module's top level (the process imports it by
+    name); it is built as ``connector(extra, ConnectorContext(run_id, owner, is_owner))``.
+    """
+
+    def __init__(
+        self,
+        connector: type[Connector],
+        run_id: str,
+        extra: dict[str, Any] | None = None,
+        *,
+        owner: str = "stage",
+        is_owner: bool = False,
+        payloads: Callable[[Any], Any] = payload_case,
+        answer_timeout: float = CHILD_TIMEOUT_S,
+        wait: bool = True,
+    ) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.answer_timeout = answer_timeout
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(
+            target=serve_connector,
+            args=(
+                theirs,
+                connector,
+                ConnectorContext(run_id=run_id, owner=owner, is_owner=is_owner),
+                extra or {},
+                payloads,
+            ),
+            name=f"omni-connector-{owner}",
+            daemon=True,
+        )
+        self.process.start()
+        theirs.close()
+        self._pid: int | None = None
+        if wait:
+            self.ready()
+
+    def ready(self) -> int:
+        """Wait until the process has built its connector; its pid. ``wait=False`` at
+        construction defers this, to start several processes at once."""
+        if self._pid is None:
+            status, value = self._receive("to start and build its connector")
+            if status != "ready":
+                self._fail(f"the connector process could not build its connector: {value}")
+            self._pid = int(value)
+        return self._pid
+
+    @property
+    def pid(self) -> int:
+        return self.ready()
+
+    def put(self, edge: Edge, request_id: str, case: Any, *, timeout: float = 30.0) -> tuple[dict[str, Any], float]:
+        """Put the payload ``case`` there: its handle, and the seconds the put took."""
+        handle, seconds = self._call(("put", edge, request_id, case, timeout), f"a put of {case!r}")
+        return handle, seconds
+
+    def get(self, edge: Edge, request_id: str, handle: dict[str, Any], case: Any, *, timeout: float = 30.0) -> float:
+        """Get ``handle`` there and check it arrived as the payload ``case``: the get's seconds."""
+        seconds: float = self._call(("get", edge, request_id, handle, case, timeout), f"a get of {case!r}")
+        return seconds
+
+    def cleanup(self, request_id: str) -> None:
+        self._call(("cleanup", request_id), f"cleanup({request_id!r})")
+
+    def health(self) -> dict[str, Any]:
+        health: dict[str, Any] = self._call(("health",), "health()")
+        return health
+
+    def leave(self) -> None:
+        """End the process without closing its connector (``process.join`` waits for its exit)."""
+        self._call(("leave",), "leave")
+
+    def stop(self) -> None:
+        """Close the connector and end the process (killed past the bound); idempotent."""
+        if self.process.is_alive():
+            try:
+                self.conn.send(("stop",))
+            except OSError:
+                pass
+            self.process.join(self.answer_timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(10)
+        self.conn.close()
+
+    def __enter__(self) -> ConnectorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _call(self, command: tuple[Any, ...], what: str) -> Any:
+        self.ready()
+        self.conn.send(command)
+        status, value = self._receive(what)
+        if status != "ok":
+            raise AssertionError(f"in the connector process, {what}: {value}")
+        return value
+
+    def _receive(self, what: str) -> Any:
+        """The next answer; fails when the process ends or stays silent past the bound."""
+        deadline = time.monotonic() + self.answer_timeout
+        while not self.conn.poll(0.1):
+            if not self.process.is_alive() and not self.conn.poll(0):
+                self._fail(f"the connector process exited with {self.process.exitcode} without answering {what}")
+            if time.monotonic() > deadline:
+                self.process.kill()
+                self._fail(f"the connector process did not answer {what} within {self.answer_timeout:g} s")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self._fail(f"the connector process ended without answering {what}")
+
+    def _fail(self, message: str) -> NoReturn:
+        raise AssertionError(message)  # a check that failed, in the test that drives the process
 
 
 def handle_problems(handle: Any, nbytes: int) -> list[str]:

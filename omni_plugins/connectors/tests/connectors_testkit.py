@@ -1,5 +1,6 @@
-"""Payloads, comparisons and the bodies of the processes the tests start (``spawn``: each is a
-fresh interpreter that imports this module by name, as a stage process would)."""
+"""The shm connector of a test, and the bodies of the shm-specific processes the tests start
+(``spawn``: each is a fresh interpreter that imports this module by name, as a stage process
+would). Payloads are ``omni_core.testing.connectors``' cases, the same in every process."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import torch
 
 from omni_core.pipeline.connector import ConnectorContext, Edge
 from omni_core.testing.connectors import assert_same as assert_same
+from omni_core.testing.connectors import payload_case
 from omni_core.testing.connectors import payload_cases as cases
 
 EDGE = Edge("thinker", "talker")
 OTHER_EDGE = Edge("talker", "code2wav")
-#: 64 Mi int32 elements: a 256 MiB tensor
-BIG_NUMEL = 64 * 1024 * 1024
+#: the large payload of the tests: a 256 MiB int32 tensor
+BIG = "big_256"
 
 
 def big() -> torch.Tensor:
-    return torch.arange(BIG_NUMEL, dtype=torch.int32)
+    return payload_case(BIG)  # type: ignore[no-any-return]
 
 
 def shm(run_id: str, *, owner: bool = False, who: str = "stage", **extra: Any) -> Any:
@@ -50,30 +52,6 @@ def produce(run_id: str, conn: Any, *, with_big: bool, linger: bool) -> None:
         raise
     if linger:
         time.sleep(120)  # the test SIGKILLs this process
-
-
-def consume(run_id: str, handles: dict[str, Any], conn: Any) -> None:
-    """Get every handle, compare with this process's own cases, get each segment twice."""
-    from omni_core.errors import ConnectorError
-
-    problems = []
-    consumer = shm(run_id, who="talker")
-    want = cases()
-    for key, handle in handles.items():
-        expected = big() if key == "big" else want[key.split(":", 1)[1]]
-        try:
-            assert_same(consumer.get(EDGE, "req-1", handle, timeout=5), expected, key)
-        except BaseException as exc:
-            problems.append(f"{key}: {type(exc).__name__}: {exc}")
-            continue
-        if "shm" in handle:
-            try:
-                consumer.get(EDGE, "req-1", handle, timeout=5)
-                problems.append(f"{key}: a second get succeeded")
-            except ConnectorError as exc:
-                if "already read" not in str(exc):
-                    problems.append(f"{key}: second get said {exc}")
-    conn.send(problems)
 
 
 def consume_and_hold(run_id: str, handle: dict[str, Any], conn: Any) -> None:

@@ -726,23 +726,30 @@ def test_a_child_puts_and_exits_then_the_parent_gets_everything(run_id: str, spa
     assert segments(segment_prefix(run_id)) == []
 
 
-def test_the_parent_puts_and_a_child_gets_everything(run_id: str, spawn: Any) -> None:
-    from connectors_testkit import consume
+def test_the_parent_puts_and_a_child_gets_everything(run_id: str) -> None:
+    """Every case inline and through segments, and a 256 MiB tensor: the child gets each and
+    compares it with its own copy; a second get of a segment's handle is refused."""
+    from connectors_testkit import BIG
+    from omni_plugin_connectors.shm import ShmConnector
+
+    from omni_core.testing.connectors import ConnectorProcess
 
     small = shm(run_id, who="thinker")
     segmented = shm(run_id, who="thinker", inline_threshold_bytes=0)
-    handles = {}
+    handles = []
     for name, payload in cases().items():
-        handles[f"inline:{name}"] = small.put(EDGE, "req-1", payload, timeout=5)
-        handles[f"segment:{name}"] = segmented.put(EDGE, "req-1", payload, timeout=5)
-    handles["big"] = segmented.put(EDGE, "req-1", big(), timeout=30)
-    parent_end, child_end = spawn.Pipe()
-    child = spawn.Process(target=consume, args=(run_id, handles, child_end))
-    child.start()
-    problems = recv(parent_end, child)
-    child.join(30)
-    assert problems == []
-    assert child.exitcode == 0
+        handles.append((name, small.put(EDGE, "req-1", payload, timeout=5)))
+        handles.append((name, segmented.put(EDGE, "req-1", payload, timeout=5)))
+    handles.append((BIG, segmented.put(EDGE, "req-1", big(), timeout=30)))
+    with ConnectorProcess(ShmConnector, run_id, owner="talker") as child:
+        for name, handle in handles:
+            child.get(EDGE, "req-1", handle, name, timeout=5)
+            if "shm" in handle:
+                with pytest.raises(AssertionError, match=r"ConnectorError: .*already read"):
+                    child.get(EDGE, "req-1", handle, name, timeout=5)
+        child.leave()
+        child.process.join(30)
+        assert child.process.exitcode == 0
     assert segments(segment_prefix(run_id)) == []  # the child never closed: what it pooled went at its exit
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from mooncake_testkit import Stage
+    from omni_core.testing.connectors import ConnectorProcess
 
 # the kit is imported in the fixtures: it imports omni_core.testing, which pytest must import
 # first, as a plugin, to rewrite its asserts
@@ -40,10 +40,9 @@ def stage_run_id() -> str:
 
 
 @pytest.fixture(scope="module")
-def stage(stage_run_id: str) -> Iterator[Stage]:
+def stage(stage_run_id: str) -> Iterator[ConnectorProcess]:
     """One stage process for a test module (every payload through the pool: no inline)."""
-    from mooncake_testkit import Stage
+    from mooncake_testkit import stage
 
-    proc = Stage(stage_run_id, {"inline_threshold_bytes": 0})
-    yield proc
-    proc.stop()
+    with stage(stage_run_id, {"inline_threshold_bytes": 0}) as proc:
+        yield proc

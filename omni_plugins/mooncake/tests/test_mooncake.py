@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from mooncake_testkit import EDGE, OTHER_EDGE, assert_same, cases, engine_skip_reason, mooncake
+from mooncake_testkit import EDGE, OTHER_EDGE, engine_skip_reason, mooncake
 
 from omni_core.errors import ConnectorError, PayloadError
 from omni_core.pipeline.payload import encode
+from omni_core.testing.connectors import assert_same
+from omni_core.testing.connectors import payload_cases as cases
 
 _reason = engine_skip_reason()
 if _reason:

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mooncake_testkit import EDGE, Stage, assert_same, big, cases, engine_skip_reason, mooncake
+from mooncake_testkit import BIG, EDGE, engine_skip_reason, mooncake, stage
 
 from omni_core.errors import ConnectorError
+from omni_core.testing.connectors import ConnectorProcess, assert_same, payload_case
+from omni_core.testing.connectors import payload_cases as cases
 
 _reason = engine_skip_reason()
 if _reason:
@@ -28,30 +30,30 @@ def here(stage_run_id: str) -> Iterator[Any]:
 
 
 @pytest.mark.parametrize("name", list(cases()))
-def test_payloads_put_by_the_stage_process_arrive_here(stage: Stage, here: Any, name: str) -> None:
-    handle, _ = stage.call("put", name, EDGE, "req-1")
+def test_payloads_put_by_the_stage_process_arrive_here(stage: ConnectorProcess, here: Any, name: str) -> None:
+    handle, _ = stage.put(EDGE, "req-1", name)
     assert_same(here.get(EDGE, "req-1", handle, timeout=10), cases()[name], name)
     with pytest.raises(ConnectorError, match="already read"):
         here.get(EDGE, "req-1", handle, timeout=10)
 
 
 @pytest.mark.parametrize("name", list(cases()))
-def test_payloads_put_here_arrive_in_the_stage_process(stage: Stage, here: Any, name: str) -> None:
+def test_payloads_put_here_arrive_in_the_stage_process(stage: ConnectorProcess, here: Any, name: str) -> None:
     handle = here.put(EDGE, "req-2", cases()[name], timeout=10)
-    stage.call("get", handle, name, EDGE, "req-2")
+    stage.get(EDGE, "req-2", handle, name)
     assert here.health()["pool_used_bytes"] == 0  # the stage marked it taken: the slot is free here
 
 
-def test_a_64_mib_payload_both_ways(stage: Stage, here: Any) -> None:
-    payload = big()
-    handle, put_s = stage.call("put", "big", EDGE, "req-big")
+def test_a_64_mib_payload_both_ways(stage: ConnectorProcess, here: Any) -> None:
+    payload = payload_case(BIG)
+    handle, put_s = stage.put(EDGE, "req-big", BIG)
     assert handle["nbytes"] > 64 << 20
     start = time.perf_counter()
     got = here.get(EDGE, "req-big", handle, timeout=60)
     get_s = time.perf_counter() - start
     assert_same(got, payload, "64 MiB tensor")
     back = here.put(EDGE, "req-big", payload, timeout=60)
-    _, back_get_s = stage.call("get", back, "big", EDGE, "req-big")
+    back_get_s = stage.get(EDGE, "req-big", back, BIG)
     mb = handle["nbytes"] / 1e6
     print(
         f"\n64 MiB over loopback: stage put {put_s * 1e3:.0f} ms, get here {get_s * 1e3:.0f} ms "
@@ -59,23 +61,23 @@ def test_a_64_mib_payload_both_ways(stage: Stage, here: Any) -> None:
     )
 
 
-def test_cleanup_in_the_stage_process_frees_its_payloads(stage: Stage, here: Any) -> None:
-    handle, _ = stage.call("put", "nested", EDGE, "req-gone")
-    kept, _ = stage.call("put", "float16", EDGE, "req-kept")
-    assert stage.call("health")[0]["waiting_payloads"] == 2
-    stage.call("cleanup", "req-gone")
+def test_cleanup_in_the_stage_process_frees_its_payloads(stage: ConnectorProcess, here: Any) -> None:
+    handle, _ = stage.put(EDGE, "req-gone", "nested")
+    kept, _ = stage.put(EDGE, "req-kept", "float16")
+    assert stage.health()["waiting_payloads"] == 2
+    stage.cleanup("req-gone")
     with pytest.raises(ConnectorError, match="gone"):
         here.get(EDGE, "req-gone", handle, timeout=10)
     assert_same(here.get(EDGE, "req-kept", kept, timeout=10), cases()["float16"])
-    assert stage.call("health")[0]["waiting_payloads"] == 0
+    assert stage.health()["waiting_payloads"] == 0
 
 
 def test_a_dead_producer_fails_a_get_at_once(run_id: str, here: Any) -> None:
-    doomed = Stage(run_id)  # here is of another run: build a consumer of this one
+    doomed = stage(run_id)  # here is of another run: build a consumer of this one
     consumer = mooncake(run_id, who="consumer")
     try:
-        first, _ = doomed.call("put", "large", EDGE, "req-dead")
-        second, _ = doomed.call("put", "large", EDGE, "req-dead")
+        first, _ = doomed.put(EDGE, "req-dead", "large")
+        second, _ = doomed.put(EDGE, "req-dead", "large")
         consumer.get(EDGE, "req-dead", first, timeout=10)  # the session is open and cached
         doomed.process.kill()
         doomed.process.join(10)
@@ -92,12 +94,12 @@ def test_a_dead_producer_fails_a_get_at_once(run_id: str, here: Any) -> None:
 def test_a_stopped_producer_fails_a_get_within_its_timeout(run_id: str) -> None:
     """The engine's own limits are 30 s (a transfer) and ~60 s (a first handshake): a get still
     ends when its own timeout does, for a peer it has reached before and for a new one."""
-    stopped = Stage(run_id)
+    stopped = stage(run_id)
     consumer = mooncake(run_id, who="consumer")
     fresh = mooncake(run_id, who="fresh-consumer")
     try:
-        first, _ = stopped.call("put", "large", EDGE, "req-stop")
-        second, _ = stopped.call("put", "large", EDGE, "req-stop")
+        first, _ = stopped.put(EDGE, "req-stop", "large")
+        second, _ = stopped.put(EDGE, "req-stop", "large")
         consumer.get(EDGE, "req-stop", first, timeout=10)
         os.kill(stopped.pid, signal.SIGSTOP)
         try:

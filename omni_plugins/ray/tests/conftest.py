@@ -4,7 +4,6 @@ checkpoint, and one real local Ray cluster for the session."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,11 +43,9 @@ def pipeline_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the repository's test pipeline is not at {FIXTURE}")
     pytest.importorskip("torch", reason="the test pipeline's stages run torch")
     pytest.importorskip("safetensors", reason="the test pipeline's checkpoint is safetensors")
-    from omni_core.testing import install_plugin  # not at the top: pytest_plugins imports it first, to rewrite asserts
+    from omni_core.testing import plugin_site  # not at the top: pytest_plugins imports it first, to rewrite asserts
 
-    site = install_plugin(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
-    sys.path.insert(0, str(site))
-    return site
+    return plugin_site(FIXTURE, tmp_path_factory.mktemp("pipeline-site"))
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """Shared fixtures: the installed connector class, loaded through the registry like the runtime,
-connectors that are always closed, and one producer process serving commands."""
+connectors that are always closed, and producer processes serving commands."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from tcp_testkit import Producer
+    from omni_core.testing.connectors import ConnectorProcess
 
 # the kit is imported in the fixtures: it imports omni_core.testing, which pytest must import
 # first, as a plugin, to rewrite its asserts
@@ -43,10 +43,18 @@ def make_conn() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture(scope="module")
-def producer() -> Iterator[Producer]:
+def producer() -> Iterator[ConnectorProcess]:
     """One producer process for a test module (default options: 64 KiB inline threshold)."""
-    from tcp_testkit import Producer
+    from tcp_testkit import producer
 
-    proc = Producer({})
-    yield proc
-    proc.stop()
+    with producer({}) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def served_producer() -> Iterator[ConnectorProcess]:
+    """One producer process for a test module that serves every payload (no inline)."""
+    from tcp_testkit import producer
+
+    with producer({"inline_threshold_bytes": 0}) as proc:
+        yield proc

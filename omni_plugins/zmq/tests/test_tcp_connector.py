@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 import torch
-from tcp_testkit import EDGE, assert_same, make_payload
+from tcp_testkit import EDGE
 
 from omni_core.errors import ConnectorError, PayloadError
 from omni_core.pipeline.connector import Edge
+from omni_core.testing.connectors import assert_same, big_payload, payload_case
+
+#: a payload over the 64 KiB inline threshold, under 1 MiB
+KIB_256 = 256 << 10
 
 
 def _free_port() -> int:
@@ -30,31 +34,31 @@ def _server_threads() -> list[threading.Thread]:
 
 def test_small_payloads_travel_inline_and_large_ones_are_served(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(owner="thinker"), make_conn(owner="talker")
-    small = prod.put(EDGE, "r1", make_payload("small"), timeout=5)
+    small = prod.put(EDGE, "r1", payload_case("nested"), timeout=5)
     assert set(small) == {"inline", "nbytes"} and isinstance(small["inline"], bytes)
     assert small["nbytes"] == len(small["inline"]) <= 65536
     assert prod.health()["buffered"] == 0
-    served = prod.put(EDGE, "r1", make_payload("f16"), timeout=5)
+    served = prod.put(EDGE, "r1", payload_case("large"), timeout=5)
     assert set(served) == {"addr", "key", "nbytes"} and served["addr"] == prod.addr
     assert prod.health() == {"ok": True, "addr": prod.addr, "buffered": 1, "buffered_bytes": served["nbytes"]}
-    assert_same(cons.get(EDGE, "r1", small, timeout=5), make_payload("small"))
-    assert_same(cons.get(EDGE, "r1", served, timeout=5), make_payload("f16"))
+    assert_same(cons.get(EDGE, "r1", small, timeout=5), payload_case("nested"))
+    assert_same(cons.get(EDGE, "r1", served, timeout=5), payload_case("large"))
     assert prod.health()["buffered"] == 0 and prod.health()["buffered_bytes"] == 0
 
 
 def test_inline_threshold_is_an_option(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod = make_conn({"inline_threshold_bytes": 0})
-    assert "addr" in prod.put(EDGE, "r", make_payload("small"), timeout=5)
+    assert "addr" in prod.put(EDGE, "r", payload_case("nested"), timeout=5)
     prod = make_conn({"inline_threshold_bytes": 1 << 20})
-    assert "inline" in prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+    assert "inline" in prod.put(EDGE, "r", big_payload(KIB_256), timeout=5)
 
 
 def test_the_producer_may_change_its_tensor_after_put(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(), make_conn()
-    tensor = make_payload("f32")
+    tensor = big_payload(KIB_256)
     handle = prod.put(EDGE, "r", tensor, timeout=5)
     tensor.zero_()  # a reused buffer: the payload put earlier is a snapshot
-    assert_same(cons.get(EDGE, "r", handle, timeout=5), make_payload("f32"))
+    assert_same(cons.get(EDGE, "r", handle, timeout=5), big_payload(KIB_256))
 
 
 def _listening_addr() -> str:
@@ -111,7 +115,7 @@ def test_an_address_nobody_listens_on_times_out_naming_it(make_conn) -> None:  #
 
 def test_a_handle_whose_size_lies_is_refused_and_nothing_wrong_is_returned(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(), make_conn()
-    handle = prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+    handle = prod.put(EDGE, "r", payload_case("large"), timeout=5)
     with pytest.raises(ConnectorError, match="handle says"):
         cons.get(EDGE, "r", {**handle, "nbytes": handle["nbytes"] + 1}, timeout=5)
 
@@ -122,7 +126,7 @@ def test_a_handle_whose_size_lies_is_refused_and_nothing_wrong_is_returned(make_
 def test_a_payload_over_max_payload_bytes_is_refused_and_leaves_nothing(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod = make_conn({"max_payload_bytes": 1000})
     with pytest.raises(PayloadError, match=r"over the 'tcp' connector's max_payload_bytes \(1,000\)"):
-        prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+        prod.put(EDGE, "r", payload_case("large"), timeout=5)
     with pytest.raises(PayloadError, match="max_payload_bytes"):  # inline-sized too
         prod.put(EDGE, "r", torch.zeros(1000), timeout=5)
     assert prod.health()["buffered"] == 0 and prod.health()["buffered_bytes"] == 0
@@ -177,8 +181,8 @@ def test_fixed_port_advertise_host_and_per_owner(make_conn) -> None:  # type: ig
     extra = {"port": port_a, "advertise_host": "localhost", "per_owner": {"talker": {"port": port_b}}}
     thinker, talker = make_conn(extra, owner="thinker"), make_conn(extra, owner="talker")
     assert thinker.addr == f"tcp://localhost:{port_a}" and talker.addr == f"tcp://localhost:{port_b}"
-    handle = thinker.put(EDGE, "r", make_payload("f16"), timeout=5)
-    assert_same(talker.get(EDGE, "r", handle, timeout=5), make_payload("f16"))
+    handle = thinker.put(EDGE, "r", payload_case("large"), timeout=5)
+    assert_same(talker.get(EDGE, "r", handle, timeout=5), payload_case("large"))
     wildcard = make_conn({"host": "0.0.0.0"}, owner="x")
     assert wildcard.addr == f"tcp://{socket.gethostname()}:{wildcard.port}"
 
@@ -188,14 +192,14 @@ def test_fixed_port_advertise_host_and_per_owner(make_conn) -> None:  # type: ig
 
 def test_concurrent_gets_from_several_threads(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(), make_conn()
-    names = [f"mib_1_{i}" for i in range(24)]
-    handles = [prod.put(Edge("a", "b"), f"r{i}", make_payload(n), timeout=5) for i, n in enumerate(names)]
+    payloads = [big_payload(1 << 20) + i for i in range(24)]  # 1 MiB each, each its own values
+    handles = [prod.put(Edge("a", "b"), f"r{i}", p, timeout=5) for i, p in enumerate(payloads)]
     errors: list[BaseException] = []
 
     def work(worker: int) -> None:
         try:
-            for i in range(worker, len(names), 6):
-                assert_same(cons.get(Edge("a", "b"), f"r{i}", handles[i], timeout=10), make_payload(names[i]))
+            for i in range(worker, len(payloads), 6):
+                assert_same(cons.get(Edge("a", "b"), f"r{i}", handles[i], timeout=10), payloads[i])
         except BaseException as exc:
             errors.append(exc)
 
@@ -210,11 +214,11 @@ def test_concurrent_gets_from_several_threads(make_conn) -> None:  # type: ignor
 
 def test_a_late_reply_is_never_taken_for_the_next_answer(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(), make_conn()
-    big = prod.put(EDGE, "r", make_payload("big_64"), timeout=5)
-    small = prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+    big = prod.put(EDGE, "r", payload_case("big_64"), timeout=5)
+    small = prod.put(EDGE, "r", payload_case("large"), timeout=5)
     with pytest.raises(ConnectorError, match="no answer"):
         cons.get(EDGE, "r", big, timeout=0.001)  # its reply is still on the way
-    assert_same(cons.get(EDGE, "r", small, timeout=5), make_payload("f16"))
+    assert_same(cons.get(EDGE, "r", small, timeout=5), payload_case("large"))
 
 
 def test_a_reply_to_another_request_on_the_same_socket_is_dropped(make_conn) -> None:  # type: ignore[no-untyped-def]
@@ -223,8 +227,8 @@ def test_a_reply_to_another_request_on_the_same_socket_is_dropped(make_conn) -> 
     from omni_plugin_zmq import transport
 
     prod = make_conn()
-    stale = prod.put(EDGE, "r", make_payload("f32"), timeout=5)
-    wanted = prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+    stale = prod.put(EDGE, "r", big_payload(KIB_256), timeout=5)
+    wanted = prod.put(EDGE, "r", payload_case("large"), timeout=5)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     try:
@@ -242,8 +246,8 @@ def test_a_reply_to_another_request_on_the_same_socket_is_dropped(make_conn) -> 
 
 def test_close_is_idempotent_and_leaves_no_thread(make_conn) -> None:  # type: ignore[no-untyped-def]
     prod, cons = make_conn(), make_conn()
-    handle = prod.put(EDGE, "r", make_payload("f16"), timeout=5)
-    cons.get(EDGE, "r", prod.put(EDGE, "r", make_payload("f32"), timeout=5), timeout=5)  # a pooled socket
+    handle = prod.put(EDGE, "r", payload_case("large"), timeout=5)
+    cons.get(EDGE, "r", prod.put(EDGE, "r", big_payload(KIB_256), timeout=5), timeout=5)  # a pooled socket
     assert len(_server_threads()) == 2
     start = time.monotonic()
     for conn in (prod, cons, prod, cons):
@@ -252,7 +256,7 @@ def test_close_is_idempotent_and_leaves_no_thread(make_conn) -> None:  # type: i
     assert not _server_threads(), _server_threads()
     assert prod.health()["ok"] is False and prod.health()["reason"] == "closed"
     with pytest.raises(ConnectorError, match="closed"):
-        prod.put(EDGE, "r", make_payload("f16"), timeout=5)
+        prod.put(EDGE, "r", payload_case("large"), timeout=5)
     with pytest.raises(ConnectorError, match="closed"):
         cons.get(EDGE, "r", handle, timeout=5)
     prod.cleanup("r")  # nothing left: no error
