@@ -60,6 +60,12 @@ def test_a_stage_failing_before_the_answer_is_an_error_naming_it(chat_server: Se
     assert post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 2}).status_code == 200
 
 
+def test_a_stage_that_says_no_finish_reason_fails_the_request_naming_it(chat_server: ServerProcess) -> None:
+    body = {"messages": CHAT_MESSAGES, "max_tokens": 2, "stage_params": {"tokens": {"finish_reason": "eos"}}}
+    assert_error(post_chat(chat_server, body), 503, "stage 'tokens'", "returned 'eos'", "one of stop, length")
+    assert post_chat(chat_server, {"messages": CHAT_MESSAGES, "max_tokens": 2}).status_code == 200
+
+
 def test_a_stage_failing_mid_stream_ends_the_stream_with_an_error_event(chat_server: ServerProcess) -> None:
     body = {"messages": CHAT_MESSAGES, "max_tokens": 8, "modalities": ["text", "audio"]}
     response, got = chat_events(chat_server, {**body, "stage_params": {"wave": {"fail_after": 2}}})
@@ -144,6 +150,37 @@ def not_a_chat_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) 
     return make_tiny("vits", home / "vits", home)
 
 
+@pytest.fixture(scope="module")
+def text_only_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("text-only")
+    return make_tiny("causal-lm", home / "llm", home)
+
+
+#: an engine option on which the fixture's token stage fails to load: a chat that names this
+#: failure got as far as starting a stage, one that names the user's mistake did not
+LOAD_FAILS = ("--stage", "tokens.engine_options.fail_load=true")
+LOADED = "was told to fail while loading"
+
+
+def omni_chat(model: Path, site: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OMNI, "chat", "--model", str(model), "hi", *args],
+        env=server_env(tmp_path, sites=(site,)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+
+
+def test_a_chat_that_gets_as_far_as_loading_names_the_stage_that_failed(
+    chat_site: Path, chat_model: Path, tmp_path: Path
+) -> None:
+    """The observable the rows below rely on: with LOAD_FAILS, starting the stages fails."""
+    result = omni_chat(chat_model, chat_site, tmp_path, "--voice", "low", "--audio-out", "r.wav", *LOAD_FAILS)
+    assert_clean_failure(result, 1, "stage 'tokens'", LOADED)
+
+
 @pytest.mark.parametrize(
     ("args", "mentions"),
     [
@@ -159,16 +196,24 @@ def not_a_chat_model(chat_site: Path, tmp_path_factory: pytest.TempPathFactory) 
 def test_a_chat_mistake_is_named_before_anything_loads(
     chat_site: Path, chat_model: Path, tmp_path: Path, args: tuple[str, ...], mentions: tuple[str, ...]
 ) -> None:
-    result = subprocess.run(
-        [OMNI, "chat", "--model", str(chat_model), "hi", *args],
-        env=server_env(tmp_path, sites=(chat_site,)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    result = omni_chat(chat_model, chat_site, tmp_path, *args, *LOAD_FAILS)
     assert_clean_failure(result, 1 if not args[0].startswith(("--max", "--temp")) else 2, *mentions)
+    assert LOADED not in result.stderr, result.stderr  # refused before any stage started
     assert not list(tmp_path.glob("*.wav")) and not result.stdout.strip()
+
+
+def test_speech_from_a_text_only_model_is_refused_before_anything_loads(
+    chat_site: Path, text_only_model: Path, tmp_path: Path
+) -> None:
+    # an engine option the language model's own engine refuses when its stage loads: named in
+    # the output only if the stage got that far
+    loads = ("--stage", "generate.engine=transformers", "--stage", "generate.engine_options.bogus=1")
+    result = omni_chat(text_only_model, chat_site, tmp_path, "--audio-out", "r.wav", *loads)
+    assert_clean_failure(result, 1, "answers in text only, so there is no speech for --audio-out", "drop --audio-out")
+    assert "bogus" not in result.stderr, result.stderr
+    assert not list(tmp_path.glob("*.wav")) and not result.stdout.strip()
+    loaded = omni_chat(text_only_model, chat_site, tmp_path, *loads)  # the marker is real
+    assert_clean_failure(loaded, 1, "bogus")
 
 
 def test_chat_with_a_model_that_does_not_chat_names_the_command_that_runs_it(

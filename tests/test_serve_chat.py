@@ -76,7 +76,8 @@ def test_a_text_answer_through_the_openai_client_equals_the_stages_run_here(
     assert answer.object == "chat.completion" and answer.model == CHAT_MODEL
     message = answer.choices[0].message
     assert message.content == reference(chat_model, 7)["text"]
-    assert message.audio is None and answer.choices[0].finish_reason == "stop"
+    # the token stage has no end of its own: every answer spends max_tokens, and says so
+    assert message.audio is None and answer.choices[0].finish_reason == "length"
 
 
 def test_text_and_audio_the_wav_holds_exactly_the_stages_samples(chat_server: ServerProcess, chat_model: Path) -> None:
@@ -120,6 +121,18 @@ def test_an_audio_only_answer_has_no_text_content(chat_server: ServerProcess, ch
     assert base64.b64decode(message["audio"]["data"])[44:] == reference(chat_model, 3)["pcm"]  # after the header
 
 
+def test_the_finish_reason_is_how_the_stages_said_the_answer_ended(chat_server: ServerProcess) -> None:
+    body = {"messages": CHAT_MESSAGES, "max_tokens": 3}
+    assert post_chat(chat_server, body).json()["choices"][0]["finish_reason"] == "length"  # its budget ran out
+    ended = {**body, "stage_params": {"tokens": {"finish_reason": "stop"}}}  # the token stage says it ended
+    assert post_chat(chat_server, ended).json()["choices"][0]["finish_reason"] == "stop"
+    _, got = chat_events(chat_server, {**ended, "stream": True})
+    assert got[-1] == "[DONE]" and got[-2]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
+    # the speech stages report nothing (stop): with them too, the answer ended by itself
+    speech = {**ended, "modalities": ["text", "audio"]}
+    assert post_chat(chat_server, speech).json()["choices"][0]["finish_reason"] == "stop"
+
+
 def test_a_stream_sends_text_pieces_and_audio_chunks_as_made_then_done(
     chat_server: ServerProcess, chat_model: Path
 ) -> None:
@@ -131,7 +144,7 @@ def test_a_stream_sends_text_pieces_and_audio_chunks_as_made_then_done(
     chunks = got[:-1]
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "length"}
     deltas = [c["choices"][0]["delta"] for c in chunks[1:-1]]
     texts = [d["content"] for d in deltas if "content" in d]
     audio = [base64.b64decode(d["audio"]["data"]) for d in deltas if "audio" in d]

@@ -70,6 +70,10 @@ class PipelineResult:
     #: seconds from submit to the first output item, and to the end
     first_output_s: float | None
     total_s: float
+    #: how the answer ended (:attr:`RequestStream.finish_reason`): ``stop`` or ``length``
+    finish_reason: str = "stop"
+    #: stage -> how its part of the answer ended, for the stages that ran
+    finish_reasons: dict[str, str] = field(default_factory=dict)
 
 
 # -- requests -------------------------------------------------------------------------------------
@@ -86,6 +90,8 @@ class _Flight:
     open_outputs: set[str] = field(default_factory=set)
     begun: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: stage -> how its answer ended (``stop``, ``length``), as each stage reports it when done
+    finish_reasons: dict[str, str] = field(default_factory=dict)
     submitted: float = field(default_factory=time.monotonic)
     first_output: float | None = None
     finished: bool = False
@@ -141,6 +147,19 @@ class RequestStream:
         """Stage -> seconds from it beginning the request to finishing it, for the stages done so far."""
         return dict(self._flight.seconds)
 
+    @property
+    def finish_reasons(self) -> dict[str, str]:
+        """Stage -> how its part of the answer ended (``stop`` or ``length``, what its engine's
+        ``run`` returned), for the stages done so far."""
+        return dict(self._flight.finish_reasons)
+
+    @property
+    def finish_reason(self) -> str:
+        """How the answer ended, once the stream is exhausted: ``length`` when a stage stopped
+        because its token budget (``max_tokens``) ran out, so the answer is cut short; else
+        ``stop``. The chat route's ``finish_reason``."""
+        return "length" if "length" in self._flight.finish_reasons.values() else "stop"
+
     def result(self) -> PipelineResult:
         outputs: dict[str, list[Any]] = {}
         for chunk in self:
@@ -152,6 +171,8 @@ class RequestStream:
             stage_seconds=dict(f.seconds),
             first_output_s=None if f.first_output is None else f.first_output - f.submitted,
             total_s=time.monotonic() - f.submitted,
+            finish_reason=self.finish_reason,
+            finish_reasons=dict(f.finish_reasons),
         )
 
 
@@ -316,6 +337,7 @@ class Pipeline:
                 f"{self.resolved.topology.names}",
                 field="params",
             )
+        asked = tuple(self.resolved.topology.modalities) if outputs is None else tuple(outputs)
         rid = request_id or f"r{next(self._ids)}"
         with self._lock:
             for name in plan:
@@ -335,6 +357,7 @@ class Pipeline:
                     "op": "start",
                     "rid": rid,
                     "params": (params or {}).get(name, {}),
+                    "outputs": list(asked),
                     "targets": list(plan[name]),
                 }
                 if name == entry:
@@ -431,6 +454,7 @@ class Pipeline:
             self._send(message["source"], {"op": "credit", "target": name})
         elif ev == "done":
             flight.seconds[name] = time.monotonic() - flight.begun.get(name, flight.submitted)
+            flight.finish_reasons[name] = str(message.get("finish_reason") or "stop")
             flight.pending.discard(name)
             self._maybe_finish(flight)
         elif ev == "error":

@@ -4,7 +4,7 @@ A model plugin writes one :class:`StageEngine` per stage and names it in the top
 (``StageDef.engine``). The runtime builds it in the process that runs the stage::
 
     engine = MyStage(model_dir, stage, options)      # load weights here
-    for item in engine.run(inputs, params): ...      # once per request
+    for item in engine.run(inputs, params): ...      # once per request; may return how it ended
     engine.close()
 
 ``inputs`` is an iterator over the upstream stage's items (the request's input, as a single
@@ -12,19 +12,26 @@ item, for the entry stage). It yields items as they arrive, so a stage that cons
 by one starts before its upstream has finished: how many items travel together is the edge's
 ``window``, which changes *when* items arrive, never *what* a stage computes from them.
 
+``params`` is a :class:`StageParams`: the request's parameters for this stage (a dict), and
+``params.outputs``, the modalities the request asked of the whole pipeline. ``run`` may
+``return`` how the answer ended (:data:`FinishReason`): ``"length"`` when it stopped because
+its token budget (``max_tokens``) ran out, ``"stop"`` (the same as returning nothing) when it
+ended by itself (an end-of-sequence token, a stop string).
+
 The loop (:func:`run_stage`) speaks to the orchestrator through a :class:`Channel` of small
 messages (dicts of plain values, handles included); payloads travel through the edges'
 connectors. Messages, orchestrator to stage:
 
-* ``start {rid, params, targets, input?}``: queue a request (``targets``: where this stage's
-  items go; ``input``: the request's input, for the entry stage)
+* ``start {rid, params, outputs, targets, input?}``: queue a request (``outputs``: the
+  modalities the request asked for; ``targets``: where this stage's items go; ``input``: the
+  request's input, for the entry stage)
 * ``chunk {rid, source, handle | None, last}``: a chunk of items arrived on an input edge
 * ``credit {target}``: one chunk this stage put towards ``target`` was taken (backpressure)
 * ``cancel {rid}``, ``stop``
 
 and stage to orchestrator: ``ready``, ``failed {error}`` (at start-up), ``begin {rid}``,
-``chunk {rid, target, handle | None, items, last}``, ``taken {rid, source}``, ``done {rid}``,
-``error {rid, error}``.
+``chunk {rid, target, handle | None, items, last}``, ``taken {rid, source}``,
+``done {rid, finish_reason}``, ``error {rid, error}``.
 """
 
 from __future__ import annotations
@@ -36,11 +43,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args
 
-from omni_core.errors import RequestCancelled
+from omni_core.errors import ModelRuntimeError, RequestCancelled
 from omni_core.pipeline.connector import ConnectorContext, Edge
 from omni_core.pipeline.topology import OUTPUT
 
@@ -49,6 +56,26 @@ if TYPE_CHECKING:
     from omni_core.pipeline.placement import ResolvedPipeline, ResolvedStage
 
 Message = dict[str, Any]
+#: how a stage's answer to a request ended, what its engine's ``run`` returns: ``stop``, it
+#: ended by itself (an end-of-sequence token, a stop string; also what returning nothing
+#: means), or ``length``, its token budget (``max_tokens``) ran out. The chat route's and
+#: ``omni chat``'s ``finish_reason``
+FinishReason = Literal["stop", "length"]
+FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
+
+
+class StageParams(dict[str, Any]):
+    """One request's parameters for one stage: the dict the request sent the stage (what an
+    engine reads, checks and refuses), plus what the request asked of the pipeline as a whole.
+
+    ``outputs`` are the modalities the request asked for (``("text",)``, ``("text", "audio")``):
+    a stage may prepare for them, as Qwen2.5-Omni's thinker adds the system prompt its talker
+    needs to speak only when audio is asked for. It is an attribute, not a key, so an engine
+    that refuses keys it does not take never sees it."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, *, outputs: Iterable[str] = ()) -> None:
+        super().__init__(values or {})
+        self.outputs: tuple[str, ...] = tuple(outputs)
 
 
 class StageEngine(abc.ABC):
@@ -68,8 +95,10 @@ class StageEngine(abc.ABC):
     @abc.abstractmethod
     def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Iterator[Any]:
         """Consume ``inputs`` (items of the upstream stage) and yield this stage's items for one
-        request. ``params`` are the request's parameters for this stage. Raising fails the
-        request (the stage keeps serving others)."""
+        request. ``params`` are the request's parameters for this stage, a :class:`StageParams`
+        (``params.outputs``: the modalities the request asked for). A generator may ``return``
+        how the answer ended, a :data:`FinishReason` (``"length"``: its token budget ran out;
+        nothing is ``"stop"``). Raising fails the request (the stage keeps serving others)."""
 
     @classmethod
     def option_problems(cls, options: dict[str, Any]) -> list[str]:
@@ -181,7 +210,7 @@ def error_info(exc: BaseException) -> dict[str, str]:
 class _Request:
     """One request inside a stage: its input chunks as they arrive, and where its items go."""
 
-    def __init__(self, rid: str, params: dict[str, Any], targets: list[str], initial: Any, has_input: bool) -> None:
+    def __init__(self, rid: str, params: StageParams, targets: list[str], initial: Any, has_input: bool) -> None:
         self.rid = rid
         self.params = params
         self.targets = targets
@@ -266,9 +295,8 @@ class StageLoop:
         op = message.get("op")
         if op == "start":
             rid = message["rid"]
-            request = _Request(
-                rid, message.get("params") or {}, list(message["targets"]), message.get("input"), "input" in message
-            )
+            params = StageParams(message.get("params"), outputs=message.get("outputs") or ())
+            request = _Request(rid, params, list(message["targets"]), message.get("input"), "input" in message)
             with self._lock:
                 self.requests[rid] = request
             self.order.put(request)
@@ -299,7 +327,7 @@ class StageLoop:
                 continue
             self.channel.send({"ev": "begin", "rid": request.rid})
             try:
-                self._run(request)
+                finish = self._run(request)
             except RequestCancelled:
                 self._cleanup(request.rid)
                 self.channel.send({"ev": "done", "rid": request.rid, "cancelled": True})
@@ -307,7 +335,7 @@ class StageLoop:
                 self._cleanup(request.rid)
                 self.channel.send({"ev": "error", "rid": request.rid, "error": error_info(exc)})
             else:
-                self.channel.send({"ev": "done", "rid": request.rid})
+                self.channel.send({"ev": "done", "rid": request.rid, "finish_reason": finish})
             self._forget(request.rid)
 
     def _forget(self, rid: str) -> None:
@@ -338,23 +366,44 @@ class StageLoop:
             if message.get("last"):
                 return
 
-    def _run(self, request: _Request) -> None:
+    def _run(self, request: _Request) -> str:
+        """Run one request through the engine; how its answer ended (a :data:`FinishReason`)."""
         assert self.engine is not None
         edges = {e.target: e for e in self.pipeline.edges_from(self.stage.name)}
         targets = [edges[t] for t in request.targets]
         buffers: dict[str, list[Any]] = {e.target: [] for e in targets}
         engine = self.engine
-        for item in engine.run(self._inputs(request), request.params):
-            if request.cancelled.is_set():
-                raise RequestCancelled
-            for edge in targets:
-                buffer = buffers[edge.target]
-                buffer.append(engine.for_output(item) if edge.target == OUTPUT else item)
-                if edge.window != -1 and len(buffer) >= edge.window:
-                    self._send(request, edge, buffer, last=False)
-                    buffers[edge.target] = []
+        run = iter(engine.run(self._inputs(request), request.params))
+        try:
+            while True:
+                try:
+                    item = next(run)
+                except StopIteration as end:  # a generator's return value: how the answer ended
+                    finish = end.value
+                    break
+                if request.cancelled.is_set():
+                    raise RequestCancelled
+                for edge in targets:
+                    buffer = buffers[edge.target]
+                    buffer.append(engine.for_output(item) if edge.target == OUTPUT else item)
+                    if edge.window != -1 and len(buffer) >= edge.window:
+                        self._send(request, edge, buffer, last=False)
+                        buffers[edge.target] = []
+        finally:
+            close = getattr(run, "close", None)
+            if close is not None:  # stopped early (cancelled, a failed put): the engine's finally runs now
+                close()
+        if finish is None:
+            finish = "stop"
+        if finish not in FINISH_REASONS:
+            reasons = ", ".join(FINISH_REASONS)
+            raise ModelRuntimeError(
+                f"stage {self.stage.name!r}: its engine's run returned {finish!r}; "
+                f"a run returns how the answer ended, one of {reasons}, or nothing"
+            )
         for edge in targets:
             self._send(request, edge, buffers[edge.target], last=True)
+        return str(finish)
 
     def _send(self, request: _Request, edge: Any, items: list[Any], *, last: bool) -> None:
         """Put one chunk on an edge (waiting for a credit: backpressure) and tell the orchestrator."""
@@ -434,4 +483,16 @@ def stage_process_main(conn: Any, pipeline_json: str, name: str) -> None:
     os._exit(0)
 
 
-__all__ = ["OUTPUT", "Channel", "Edge", "PipeChannel", "QueueChannel", "StageEngine", "StageLoop", "error_info"]
+__all__ = [
+    "FINISH_REASONS",
+    "OUTPUT",
+    "Channel",
+    "Edge",
+    "FinishReason",
+    "PipeChannel",
+    "QueueChannel",
+    "StageEngine",
+    "StageLoop",
+    "StageParams",
+    "error_info",
+]

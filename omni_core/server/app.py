@@ -791,7 +791,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                 id=chat.completion_id(),
                 created=int(time.time()),
                 model=model.name,
-                choices=[ChatChoice(message=message)],
+                choices=[ChatChoice(message=message, finish_reason=stream.finish_reason)],
             )
             return JSONResponse(completion.model_dump(mode="json"))
 
@@ -831,7 +831,7 @@ def create_app(config: ServerConfig, table: ModelTable | None = None) -> FastAPI
                         message = exc.message if isinstance(exc, OmniError) else "the model failed mid-answer"
                         yield chat.sse({"error": {"message": f"{message}; see the server log", "type": "server_error"}})
                         return
-                yield chunk({}, "stop")
+                yield chunk({}, stream.finish_reason)
                 yield chat.sse("[DONE]")
             finally:
                 stream.cancel()  # a hang-up closes this generator early: stop every stage still on it

@@ -195,7 +195,11 @@ class ChatAnswer(BaseModel):
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatAnswer
-    finish_reason: Literal["stop"] = "stop"
+    finish_reason: Literal["stop", "length"] = Field(
+        default="stop",
+        description="stop: the answer ended by itself (its end, a stop string); length: a stage's token budget "
+        "(max_tokens) ran out, so the answer is cut short.",
+    )
 
 
 class ChatCompletion(BaseModel):

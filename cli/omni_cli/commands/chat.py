@@ -12,12 +12,15 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from omni_cli.commands.explain import STAGE_HELP
 from omni_cli.output import echo, fail_with
+
+if TYPE_CHECKING:
+    from omni_core.pipeline.topology import PipelineTopology
 
 
 def chat(
@@ -62,32 +65,44 @@ def chat(
                 else "not a chat model; generate with it: omni generate PROMPT --model DIR"
             )
             raise ModelNotServedError(f"{model} is {served.describe()}, {how}", name=served.name)
-        with Omni(model, plugins=plugins, recipe=recipe, stages=overrides) as omni:
-            pipeline = omni.pipeline
-            makes = pipeline.resolved.topology.modalities
-            if audio_out is not None and "audio" not in makes:
-                raise OutputError(
-                    f"{model} answers in {', '.join(sorted(makes))} only, so there is no speech for --audio-out; "
-                    "drop --audio-out",
-                    field="audio_out",
-                )
-            if has_random_weights(model):
-                echo("note: a tiny checkpoint with RANDOM WEIGHTS (made by omni); its answer is noise.", err=True)
-            topology = pipeline.resolved.topology
-            params = {topology.entry.name: {k: v for k, v in sampling.items() if v is not None}}
-            if voice is not None:
-                speaker = topology.voice_stage
-                if speaker is None or voice not in speaker.voices:
-                    raise OutputError(
-                        f"--voice {voice}: "
-                        + (f"the voices are {', '.join(speaker.voices)}" if speaker else "this model has no voices"),
-                        field="voice",
-                    )
-                params.setdefault(speaker.name, {})["voice"] = voice
-            outputs = ("text", "audio") if audio_out is not None else ("text",)
+        # planned once, here: the request is checked against the plan before any stage starts
+        # (a wrong voice costs nothing), and Omni starts exactly this plan
+        resolved = served.plan_pipeline(plugins=plugins, stages=overrides)
+        outputs = ("text", "audio") if audio_out is not None else ("text",)
+        params = _request_params(resolved.topology, model, sampling, outputs, voice)
+        if has_random_weights(model):
+            echo("note: a tiny checkpoint with RANDOM WEIGHTS (made by omni); its answer is noise.", err=True)
+        with Omni(model, plugins=plugins, recipe=recipe, pipeline=resolved) as omni:
             _answer(omni, messages, params, outputs, audio_out)
     except (OmniError, ValueError) as exc:
         raise fail_with(exc) from None
+
+
+def _request_params(
+    topology: PipelineTopology, model: Path, sampling: dict[str, Any], outputs: tuple[str, ...], voice: str | None
+) -> dict[str, dict[str, Any]]:
+    """Each stage's parameters for the request, checked against the planned topology: the
+    outputs asked for and the voice, named as the user gave them."""
+    from omni_core.errors import OutputError
+
+    makes = topology.modalities
+    if "audio" in outputs and "audio" not in makes:
+        only = ", ".join(sorted(makes))
+        raise OutputError(
+            f"{model} answers in {only} only, so there is no speech for --audio-out; drop --audio-out",
+            field="audio_out",
+        )
+    params = {topology.entry.name: {k: v for k, v in sampling.items() if v is not None}}
+    if voice is not None:
+        speaker = topology.voice_stage
+        if speaker is None or voice not in speaker.voices:
+            raise OutputError(
+                f"--voice {voice}: "
+                + (f"the voices are {', '.join(speaker.voices)}" if speaker else "this model has no voices"),
+                field="voice",
+            )
+        params.setdefault(speaker.name, {})["voice"] = voice
+    return params
 
 
 def _answer(
@@ -104,7 +119,8 @@ def _answer(
     first: float | None = None
     samples: list[Any] = []
     ended_with_newline = True
-    for chunk in omni.stream(messages, params=params, outputs=outputs):
+    stream = omni.stream(messages, params=params, outputs=outputs)
+    for chunk in stream:
         if first is None:
             first = time.perf_counter() - start
         if chunk.modality == "text":
@@ -124,4 +140,6 @@ def _answer(
         audio = Audio(np.clip(np.concatenate(samples), -1.0, 1.0), int(stage.sample_rate))
         atomic_write(audio_out, encode(audio, "wav"))
         echo(f"wrote {audio_out} ({audio.duration:.2f} s of speech at {audio.sample_rate} Hz)", err=True)
-    echo(f"({took:.2f} s; first output after {first or 0:.2f} s)", err=True)
+    # a stage that ran out of its token budget cut the answer short: say so, or it reads as whole
+    cut = "; cut short at its token limit (--max-tokens)" if stream.finish_reason == "length" else ""
+    echo(f"({took:.2f} s; first output after {first or 0:.2f} s{cut})", err=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 from omni_core.errors import ChatRequestError, ModelLoadError, ModelRuntimeError
-from omni_core.pipeline.stage import StageEngine
+from omni_core.pipeline.stage import FinishReason, StageEngine
 from omni_plugin_llm.text import (
     DEFAULT_MAX_TOKENS,
     IncrementalDetokenizer,
@@ -104,10 +104,11 @@ class TransformersCausalLM(StageEngine):
 
     # -- the contract --------------------------------------------------------------------------
 
-    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Iterator[int]:
+    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Generator[int, None, FinishReason]:
         """Decode one answer: yields each token id as soon as the model chooses it, and ends at
         an end-of-sequence token (unless ``ignore_eos``), after ``max_tokens`` tokens, or at the
-        token that completes a stop string (the text then ends before the stop string)."""
+        token that completes a stop string (the text then ends before the stop string).
+        Returns how it ended: ``length`` when ``max_tokens`` ran out, else ``stop``."""
         self._pieces = deque()  # per request: nothing of an earlier answer carries over
         items = list(inputs)
         if len(items) != 1:
@@ -125,14 +126,18 @@ class TransformersCausalLM(StageEngine):
         decoding = _Decoding(self, ids, sampling)
         try:
             for n, token in enumerate(decoding.tokens(), start=1):
-                last = token in ends or n >= sampling.max_tokens
+                ended = token in ends
+                last = ended or n >= sampling.max_tokens
                 text, stopped = stops.feed(detokenizer.push(token, final=last), final=last)
                 self._pieces.append((token, text))
                 yield token
-                if last or stopped:
-                    return
+                if ended or stopped:  # the answer's own end wins over a budget that ends with it
+                    return "stop"
+                if last:
+                    return "length"
         finally:
             decoding.stop()
+        return "stop"
 
     def for_output(self, item: Any) -> str:
         """The text of a token this engine just yielded (in order: pieces are made in :meth:`run`,

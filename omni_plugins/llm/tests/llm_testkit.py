@@ -14,3 +14,13 @@ def answer(engine: Any, request: Any, **params: Any) -> tuple[list[int], list[st
         tokens.append(token)
         pieces.append(engine.for_output(token))
     return tokens, pieces
+
+
+def finish_of(engine: Any, request: Any, **params: Any) -> str:
+    """How one answer ended: what ``run`` returned, read as the stage loop reads it."""
+    tokens = engine.run(iter([request]), params)
+    while True:
+        try:
+            engine.for_output(next(tokens))
+        except StopIteration as end:
+            return str(end.value)

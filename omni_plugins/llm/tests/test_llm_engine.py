@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_testkit import answer
+from llm_testkit import answer, finish_of
 
 from omni_core.errors import ChatRequestError
 
@@ -141,6 +141,19 @@ def test_a_stop_string_ends_the_text_before_it(llm_engine: Any, reference: tuple
     assert got_tokens == tokens[: len(got_tokens)] and len(got_tokens) < len(tokens)
     assert stop in text_of(tokenizer, got_tokens)  # the token completing the stop string is the last item
     assert stop not in text_of(tokenizer, got_tokens[:-1])
+
+
+def test_the_answer_says_how_it_ended(llm_engine: Any, reference: tuple[Any, Any], greedy: Any) -> None:
+    _, tokenizer = reference
+    assert finish_of(llm_engine, "Hello", max_tokens=5, ignore_eos=True) == "length"
+    prompt = next(p for p in EOS_CANDIDATES if 2 in greedy(tokenizer(p)["input_ids"], 48))
+    n = len(answer(llm_engine, prompt, max_tokens=48)[0])
+    assert finish_of(llm_engine, prompt, max_tokens=48) == "stop"  # its end-of-sequence token
+    assert finish_of(llm_engine, prompt, max_tokens=n) == "stop"  # the budget ends with it: its own end wins
+    assert finish_of(llm_engine, prompt, max_tokens=n - 1) == "length"
+    full = "".join(answer(llm_engine, "Hello", max_tokens=20, ignore_eos=True)[1])
+    stop = next(full[i : i + 2] for i in range(4, len(full) - 2) if "\ufffd" not in full[i : i + 2])
+    assert finish_of(llm_engine, "Hello", max_tokens=20, ignore_eos=True, stop=[stop]) == "stop"
 
 
 def test_a_stop_string_that_never_comes_holds_nothing_back(llm_engine: Any) -> None:

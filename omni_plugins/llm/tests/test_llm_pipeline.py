@@ -53,6 +53,30 @@ def test_a_stop_string_and_a_bad_part_through_the_runtime(omni: Any, llm_engine:
         omni.run(bad)
 
 
+def test_the_answer_says_how_it_ended_through_the_runtime(omni: Any, llm_engine: Any) -> None:
+    cut = omni.run(MESSAGES, params={"generate": {"max_tokens": 4, "ignore_eos": True}})
+    assert (cut.finish_reason, cut.finish_reasons) == ("length", {"generate": "length"})
+    full = "".join(answer(llm_engine, MESSAGES, max_tokens=20, ignore_eos=True)[1])
+    stop = next(full[i : i + 2] for i in range(4, len(full) - 2) if "\ufffd" not in full[i : i + 2])
+    stream = omni.stream(MESSAGES, params={"generate": {"max_tokens": 20, "ignore_eos": True, "stop": stop}})
+    assert list(stream) and stream.finish_reason == "stop"
+
+
+def test_a_pipeline_planned_first_is_the_one_omni_starts(tiny_llm: Path, llm_plugins: Any) -> None:
+    """``omni chat`` plans once, checks the request against the plan, then starts that plan."""
+    from omni_core import Omni
+    from omni_core.api import identify_model
+
+    planned = identify_model(tiny_llm, plugins=llm_plugins).plan_pipeline(
+        plugins=llm_plugins, stages={"generate": {**OWN_ENGINE, "placement": "inprocess"}}
+    )
+    with pytest.raises(TypeError, match="stages= or an already planned pipeline="):
+        Omni(tiny_llm, plugins=llm_plugins, pipeline=planned, stages={"generate": OWN_ENGINE})
+    with Omni(tiny_llm, plugins=llm_plugins, pipeline=planned) as omni:
+        assert omni.pipeline.resolved is planned  # started as planned, not planned again
+        assert omni.run("Hi", params={"generate": {"max_tokens": 2}}).outputs["text"]
+
+
 def test_in_the_orchestrators_process_the_answer_is_the_same(tiny_llm: Path, llm_plugins: Any, llm_engine: Any) -> None:
     from omni_core import Omni
 

@@ -201,9 +201,13 @@ class Prompter:
                 self._features = WhisperFeatureExtractor(feature_size=self.num_mel_bins)
         return self._features
 
-    def __call__(self, request: Any) -> dict[str, Any]:
+    def __call__(self, request: Any, *, speech: bool = True) -> dict[str, Any]:
+        """The thinker's inputs for ``request``; ``speech``: the answer is to be spoken, so the
+        system prompt (Qwen's speech prompt, which its talker needs) goes first when the
+        conversation has none. Without speech the conversation is rendered as sent."""
         rate = int(self.feature_extractor().sampling_rate) if _has_audio(request) else 16000
-        conversation = read_conversation(request, system_prompt=self.system_prompt, rate=rate)
+        system_prompt = self.system_prompt if speech else None
+        conversation = read_conversation(request, system_prompt=system_prompt, rate=rate)
         text = self.tokenizer.apply_chat_template(conversation.messages, add_generation_prompt=True, tokenize=False)
         inputs: dict[str, Any] = {}
         if conversation.clips:

@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+from omni_plugin_llm.text import StopStrings
 
 from omni_core.errors import ChatRequestError, ModelLoadError, ModelRuntimeError
-from omni_core.pipeline.stage import StageEngine
+from omni_core.pipeline.stage import FinishReason, StageEngine
+from omni_plugin_qwen_omni.model import DEFAULT_VOICE
 from omni_plugin_qwen_omni.prompt import SPEECH_SYSTEM_PROMPT, Prompter
 from omni_plugin_qwen_omni.sampling import Sampler
 
@@ -55,13 +58,11 @@ TALKER_DEFAULTS: dict[str, Any] = {
     "seed": None,
 }
 TOKEN2WAV_DEFAULTS: dict[str, Any] = {"seed": 0, "num_steps": 10, "guidance_scale": 0.5, "sway_coefficient": -1.0}
-#: the voice ``generate`` speaks with unless told otherwise
 #: held while a stage loads: stages placed in threads of one process load at the same time, and
 #: transformers' lazy imports, its logging switches and the default dtype it sets while it builds
 #: a model are all process-wide
 _LOADING = threading.Lock()
 
-DEFAULT_VOICE = "Chelsie"
 _THINKER_EMBEDDINGS = "thinker.model.embed_tokens.weight"
 
 
@@ -86,6 +87,18 @@ def _params(stage: str, params: dict[str, Any], defaults: dict[str, Any]) -> dic
             field=f"stage_params.{stage}.max_tokens",
         )
     return merged
+
+
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    """The ``stop`` parameter: a string or a list of strings, none empty."""
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise ChatRequestError(
+            f"stop must be a non-empty string or a list of them, got {stop!r}", field="stage_params.thinker.stop"
+        )
+    return tuple(stops)
 
 
 def _device(stage: Any, options: dict[str, Any]) -> torch.device:
@@ -169,8 +182,14 @@ class ThinkerStage(StageEngine):
     which loads only the thinker's weights of the checkpoint.
 
     Params: ``max_tokens`` (1024), ``temperature`` (0 or absent: greedy), ``top_p``, ``top_k``,
-    ``seed``. Engine options: ``device``, ``dtype``, ``system_prompt`` (put first when a
-    conversation has none; default Qwen's own, which its talker needs to speak; "" for none)."""
+    ``seed``, ``stop`` (a string or a list: the text ends before the first one, and the talker
+    speaks only what comes before the token that completes it). Engine options: ``device``,
+    ``dtype``, ``system_prompt`` (put first when a conversation has none and the request asks
+    for audio, ``params.outputs``; default Qwen's own, which its talker needs to speak; "" for
+    none). A text-only request gets the conversation as sent.
+
+    ``run`` returns ``length`` when ``max_tokens`` ran out, else ``stop`` (the end of its turn,
+    a stop string)."""
 
     def __init__(self, model_dir: Path, stage: Any, options: dict[str, Any]) -> None:
         super().__init__(model_dir, stage, options)
@@ -195,6 +214,9 @@ class ThinkerStage(StageEngine):
         )
         self._cache_kw = _cache_kwarg(self.model)
         self._pending: list[int] = []
+        #: the current answer's (token id, its text) in yield order: the text is made in run,
+        #: where stop strings are found, and handed out by for_output
+        self._texts: deque[tuple[int, str]] = deque()
 
     # -- decoding ------------------------------------------------------------------------------
 
@@ -236,17 +258,30 @@ class ThinkerStage(StageEngine):
         )
         return output, mask
 
-    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Iterator[Any]:
+    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Generator[Any, None, FinishReason]:
         self._pending = []
+        self._texts = deque()
         p = _params(
             "thinker",
             params,
-            {"max_tokens": THINKER_MAX_TOKENS, "temperature": None, "top_p": None, "top_k": None, "seed": None},
+            {
+                "max_tokens": THINKER_MAX_TOKENS,
+                "temperature": None,
+                "top_p": None,
+                "top_k": None,
+                "seed": None,
+                "stop": None,
+            },
         )
+        stops = StopStrings(_stop_strings(p["stop"]))
         requests = list(inputs)
         if len(requests) != 1:
             raise ChatRequestError(f"the thinker takes one request per run, got {len(requests)} items")
-        model_inputs = {k: v.to(self.device) for k, v in self.prompt(requests[0]).items()}
+        # the speech system prompt only where speech is asked for (None: not known, as when the
+        # stage is called directly: everything, as a pipeline request without outputs asks)
+        outputs = getattr(params, "outputs", None) or None
+        speech = outputs is None or "audio" in outputs
+        model_inputs = {k: v.to(self.device) for k, v in self.prompt(requests[0], speech=speech).items()}
         if "input_features" in model_inputs:
             model_inputs["input_features"] = model_inputs["input_features"].to(self.model.dtype)
         ids = model_inputs["input_ids"]
@@ -260,21 +295,45 @@ class ThinkerStage(StageEngine):
         limit = int(p["max_tokens"])
         for n in range(limit):
             if token in self.eos_ids:  # only the first token gets here: later ones are looked at ahead
-                return
+                return "stop"
             item: dict[str, Any] = {"token_id": token, "embed": None, "hidden": None, "last": True}
             if n == 0:
                 item["prompt"] = prompt
             if n == limit - 1:  # the budget's last token: nothing reads it
+                _, stopped = self._text(token, stops, last=True)
                 yield item
-                return
+                return "stop" if stopped else "length"
             output, mask = self._step(token, _cache_of(output), mask, deltas)
             sequence = torch.cat([sequence, sequence.new_tensor([[token]])], dim=1)
             following = sampler(sequence, output.logits[:, -1, :])
+            last = following in self.eos_ids
+            _, stopped = self._text(token, stops, last=last)
+            if stopped:  # the token that completes a stop string ends the answer, and is not spoken
+                yield item
+                return "stop"
             item["embed"] = output.hidden_states[0][0, -1].cpu()
             item["hidden"] = output.hidden_states[-1][0, -1].cpu()
-            item["last"] = following in self.eos_ids
+            item["last"] = last
             yield item
             token = following
+        return "stop"
+
+    def _text(self, token: int, stops: StopStrings, *, last: bool) -> tuple[str, bool]:
+        """The text ``token`` adds to the answer (kept for :meth:`for_output`), and whether it
+        completes a stop string (the text then ends before it)."""
+        text, stopped = stops.feed(self._piece(token, last=last), final=last)
+        self._texts.append((token, text))
+        return text, stopped
+
+    def _piece(self, token: int, *, last: bool) -> str:
+        """The token's piece of text: held back ("") while it ends inside a character that spans
+        several tokens, given out when the character is complete (or when the answer ends)."""
+        self._pending.append(token)
+        text: str = self.tokenizer.decode(self._pending, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        if text.endswith("\ufffd") and not last:
+            return ""
+        self._pending = []
+        return text
 
     def _prompt_item(self, inputs: dict[str, Any], output: Any) -> dict[str, Any]:
         """What the talker needs of the prompt; the input embeddings of audio positions are zeroed,
@@ -292,14 +351,15 @@ class ThinkerStage(StageEngine):
         }
 
     def for_output(self, item: Any) -> Any:
-        """The token's piece of text. Pieces are held back while they end inside a character that
-        spans several tokens, and given out when it is complete (or when the answer ends)."""
-        self._pending.append(int(item["token_id"]))
-        text: str = self.tokenizer.decode(self._pending, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        if text.endswith("\ufffd") and not item.get("last"):
-            return ""
-        self._pending = []
-        return text
+        """The token's piece of text, as :meth:`run` made it (stop strings cut out). Pieces are
+        held back while they end inside a character that spans several tokens, and given out
+        when it is complete (or when the answer ends). An item not from the current answer's
+        order is decoded here, on its own stream."""
+        token = int(item["token_id"])
+        if self._texts and self._texts[0][0] == token:
+            return self._texts.popleft()[1]
+        self._texts.clear()
+        return self._piece(token, last=bool(item.get("last")))
 
     def close(self) -> None:
         self.model = None
@@ -347,15 +407,17 @@ class TalkerStage(StageEngine):
         self.voice_embeds = dict(zip(self.speakers, table[2:], strict=True))
         self._cache_kw = _cache_kwarg(self.model)
 
-    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Iterator[Any]:
+    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Generator[Any, None, FinishReason]:
+        """The codes of the thinker's reply; returns ``length`` when ``max_tokens`` ran out
+        (the speech is cut short), else ``stop``."""
         p = _params("talker", params, {**TALKER_DEFAULTS, "voice": self.default_voice})
         _check_voice(p["voice"], self.speakers)
         items = iter(inputs)
         try:
             first = next(items, None)
             if first is None or first.get("hidden") is None:
-                return  # an answer of at most one token: nothing to speak
-            yield from self._speak(first, items, p)
+                return "stop"  # an answer of at most one token: nothing to speak
+            return (yield from self._speak(first, items, p))
         finally:
             for _ in items:  # the thinker may go on after the last code: take its items (backpressure)
                 pass
@@ -374,7 +436,9 @@ class TalkerStage(StageEngine):
         hidden = item["hidden"].to(self.device, self.model.dtype)
         return hidden + item["embed"].to(self.device, self.model.dtype)
 
-    def _speak(self, first: dict[str, Any], items: Iterator[Any], p: dict[str, Any]) -> Iterator[Any]:
+    def _speak(
+        self, first: dict[str, Any], items: Iterator[Any], p: dict[str, Any]
+    ) -> Generator[Any, None, FinishReason]:
         m = self.model
         voice = p["voice"]
         sampler = Sampler(
@@ -392,12 +456,13 @@ class TalkerStage(StageEngine):
         for n in range(limit):
             code = sampler(sequence, output.logits[:, -1, :])
             if code in self.stop_codes:
-                return
+                return "stop"
             yield {"code": code, "voice": voice} if n == 0 else {"code": code}
             if n == limit - 1:
-                return
+                return "length"
             sequence = torch.cat([sequence, sequence.new_tensor([[code]])], dim=1)
             output = self._step(code, next(reply), output, sequence.shape[1])
+        return "stop"
 
     @torch.no_grad()
     def _prefill(self, first: dict[str, Any], voice: str) -> tuple[Any, torch.Tensor]:

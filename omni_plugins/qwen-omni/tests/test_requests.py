@@ -113,3 +113,68 @@ def test_a_system_prompt_is_added_only_when_the_conversation_has_none(tiny_omni:
     assert SPEECH_SYSTEM_PROMPT not in decode(chain.thinker.prompt(own)["input_ids"][0])
     bare = ThinkerStage(tiny_omni, QwenOmni.topology_for(tiny_omni).stage("thinker"), {"system_prompt": ""})
     assert decode(bare.prompt(MESSAGES)["input_ids"][0]).startswith("<|im_start|>user\n")
+
+
+def finish_of(stage: Any, items: list[Any], params: dict[str, Any]) -> tuple[list[Any], str]:
+    """One run's items, and how it ended (what ``run`` returned, as the stage loop reads it)."""
+    run = stage.run(iter(items), params)
+    got: list[Any] = []
+    while True:
+        try:
+            got.append(next(run))
+        except StopIteration as end:
+            return got, str(end.value)
+
+
+def test_the_speech_system_prompt_comes_only_when_audio_is_asked_for(chain: Any) -> None:
+    from omni_plugin_qwen_omni.prompt import SPEECH_SYSTEM_PROMPT
+
+    from omni_core.pipeline.stage import StageParams
+
+    decode = chain.thinker.tokenizer.decode
+
+    def prompt_of(outputs: tuple[str, ...] | None) -> str:
+        params = {"max_tokens": 2} if outputs is None else StageParams({"max_tokens": 2}, outputs=outputs)
+        first = next(iter(chain.thinker.run(iter([MESSAGES]), params)))
+        return str(decode(first["prompt"]["ids"]))
+
+    assert SPEECH_SYSTEM_PROMPT in prompt_of(("text", "audio")) and SPEECH_SYSTEM_PROMPT in prompt_of(("audio",))
+    assert SPEECH_SYSTEM_PROMPT in prompt_of(None)  # called directly, outputs unknown: as for everything
+    text_only = prompt_of(("text",))
+    assert SPEECH_SYSTEM_PROMPT not in text_only and text_only.startswith("<|im_start|>user\n")
+
+
+def test_the_thinker_says_how_its_answer_ended(chain: Any) -> None:
+    items, finish = finish_of(chain.thinker, [MESSAGES], {"max_tokens": 3})
+    assert (len(items), finish) == (3, "length")
+    codes, spoken = finish_of(chain.talker, items, {"temperature": 0, "max_tokens": 2})
+    assert (len(codes), spoken) == (2, "length")
+
+
+def test_a_stop_string_ends_the_text_and_what_the_talker_speaks(chain: Any) -> None:
+    items, _ = finish_of(chain.thinker, [MESSAGES], {"max_tokens": 12})
+    pieces = [chain.thinker.for_output(item) for item in items]
+    full = "".join(pieces)
+    # a stop string across two tokens' text, ending in the (k+1)th token
+    k = next(
+        i
+        for i in range(2, len(pieces) - 2)
+        if pieces[i] and pieces[i + 1] and "\ufffd" not in pieces[i][-1] + pieces[i + 1][0]
+    )
+    start = len("".join(pieces[:k])) + len(pieces[k]) - 1
+    stop = full[start : start + 2]
+    cut = full.find(stop)
+    stopped, finish = finish_of(chain.thinker, [MESSAGES], {"max_tokens": 12, "stop": ["NEVER", stop]})
+    text = "".join(chain.thinker.for_output(item) for item in stopped)
+    assert (text, finish) == (full[:cut], "stop")
+    assert [i["token_id"] for i in stopped] == [i["token_id"] for i in items[: len(stopped)]]
+    assert len(stopped) < len(items)
+    # the token completing the stop string ends the reply the talker reads: it is not read itself
+    assert stopped[-1]["last"] and stopped[-1]["hidden"] is None
+    assert all(i["hidden"] is not None for i in stopped[:-1])
+    talker = {"temperature": 0, "max_tokens": 40}
+    spoken = list(chain.talker.run(iter(stopped), talker))
+    reply = [*items[: len(stopped) - 1], {**items[len(stopped) - 1], "embed": None, "hidden": None, "last": True}]
+    assert spoken == list(chain.talker.run(iter(reply), talker))
+    with pytest.raises(ChatRequestError, match="stop must be a non-empty string"):
+        list(chain.thinker.run(iter([MESSAGES]), {"stop": [""]}))

@@ -69,9 +69,36 @@ def test_streamed_chunks_are_the_answer_text_first(omni: Any) -> None:
 
 
 def test_a_text_only_request_stops_after_the_thinker(omni: Any, chain: Any) -> None:
+    from omni_core.pipeline.stage import StageParams
+
     result = omni.run(MESSAGES, params={"thinker": {"max_tokens": 12}}, outputs=("text",))
     assert set(result.outputs) == {"text"} and set(result.stage_seconds) == {"thinker"}
-    assert result.outputs["text"] == chain(MESSAGES, {"thinker": {"max_tokens": 12}}).pieces
+    # the thinker knew only text was asked for: no speech system prompt, another answer
+    text_only = StageParams({"max_tokens": 12}, outputs=("text",))
+    items = list(chain.thinker.run(iter([MESSAGES]), text_only))
+    assert result.outputs["text"] == [chain.thinker.for_output(item) for item in items]
+    assert result.outputs["text"] != chain(MESSAGES, {"thinker": {"max_tokens": 12}}).pieces
+    assert (result.finish_reason, result.finish_reasons) == ("length", {"thinker": "length"})
+
+
+def test_a_stop_string_ends_the_text_and_the_speech(omni: Any, chain: Any) -> None:
+    whole = omni.run(MESSAGES, params=GREEDY, outputs=("text", "audio"))
+    assert whole.finish_reasons == {"thinker": "length", "talker": "length", "token2wav": "stop"}
+    pieces = whole.outputs["text"]
+    full = "".join(pieces)
+    k = next(  # a stop string across two tokens' text
+        i
+        for i in range(2, len(pieces) - 2)
+        if pieces[i] and pieces[i + 1] and "\ufffd" not in pieces[i][-1] + pieces[i + 1][0]
+    )
+    start = len("".join(pieces[:k])) + len(pieces[k]) - 1
+    stop = full[start : start + 2]
+    params = {**GREEDY, "thinker": {"max_tokens": 12, "stop": stop}}
+    cut = omni.run(MESSAGES, params=params, outputs=("text", "audio"))
+    assert "".join(cut.outputs["text"]) == full[: full.find(stop)]
+    assert cut.finish_reasons["thinker"] == "stop"
+    want = chain(MESSAGES, params)  # the same stages here: the talker read the reply up to the stop
+    assert torch.equal(cut.outputs["audio"][0], want.wave)
 
 
 def test_a_request_the_stages_refuse_fails_alone_saying_why(omni: Any) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +87,63 @@ def test_omni_identifies_the_checkpoint_as_this_family(tiny_omni: Path) -> None:
 
     identity = identify_model(tiny_omni)
     assert identity.modality == "pipeline" and identity.name == "qwen2.5-omni" and identity.task == "chat"
+
+
+class _Call:
+    """Pickles as a call of ``function(*args)``: what a hostile pickle would run."""
+
+    def __init__(self, function: Any, args: tuple[Any, ...]) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.function, self.args
+
+
+def test_the_voices_are_read_without_torch_in_the_files_order(tiny_omni: Path, tmp_path: Path) -> None:
+    import torch
+    from omni_plugin_qwen_omni.model import speaker_names, voices_of
+
+    from omni_core.errors import ModelLoadError
+
+    path = tiny_omni / "spk_dict.pt"
+    assert speaker_names(path) == list(torch.load(path, weights_only=True)) == ["Chelsie", "Ethan"]
+    assert voices_of(tiny_omni) == ("Chelsie", "Ethan")
+    # the legacy (non-zip) format of torch.save, the Ethan-first order kept, the default still first
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    speakers = {"Ethan": {"bos_token": 1, "cond": torch.zeros(2)}, "Chelsie": {"bos_token": 2, "cond": torch.ones(2)}}
+    torch.save(speakers, legacy / "spk_dict.pt", _use_new_zipfile_serialization=False)
+    assert speaker_names(legacy / "spk_dict.pt") == ["Ethan", "Chelsie"]
+    assert voices_of(legacy) == ("Chelsie", "Ethan")
+    # what a pickle names is never called: this one would create a file (open(path, "w"))
+    planted = tmp_path / "planted"
+    payload = pickle.dumps(_Call(open, (str(planted), "w")), protocol=2)
+    with zipfile.ZipFile(legacy / "spk_dict.pt", "w") as archive:
+        archive.writestr("spk_dict/data.pkl", payload)
+    with pytest.raises(ModelLoadError, match="holds no voices"):
+        speaker_names(legacy / "spk_dict.pt")
+    assert not planted.exists()
+    (legacy / "spk_dict.pt").write_bytes(b"not a pickle")
+    with pytest.raises(ModelLoadError, match=r"is not a speaker file torch\.save wrote"):
+        speaker_names(legacy / "spk_dict.pt")
+
+
+def test_planning_the_pipeline_does_not_import_torch(tiny_omni: Path) -> None:
+    """``omni explain pipeline`` (every plan: ``omni chat``, ``omni serve``) lists the voices in
+    the orchestrator's process, which must not need torch: checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from omni_cli.main import main
+sys.argv = ["omni", "explain", "pipeline", "--model", {str(tiny_omni)!r}]
+try:
+    main()
+except SystemExit as exit:
+    print("exit", exit.code)
+print("imported:", [m for m in ("torch", "transformers") if m in sys.modules])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert "pipeline qwen2.5-omni" in done.stdout and "talker" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "imported: []", done.stdout + done.stderr

@@ -38,14 +38,14 @@ import types
 import typing
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omni_plugin_llm.text import prompt_ids
 
 from omni_core.errors import ChatRequestError, ModelLoadError, PipelineConfigError
-from omni_core.pipeline.stage import StageEngine
+from omni_core.pipeline.stage import FinishReason, StageEngine
 
 #: engine arguments omni sets itself: the stage's checkpoint is the model and the tokenizer
 OMNI_SETS = ("model", "tokenizer")
@@ -373,7 +373,9 @@ class VllmStageEngine(StageEngine):
         """What is wrong with ``options`` as vLLM engine arguments (none: an empty list)."""
         return option_problems(options)
 
-    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Iterator[int]:
+    def run(self, inputs: Iterator[Any], params: dict[str, Any]) -> Generator[int, None, FinishReason]:
+        """Stream one request's token ids as vLLM makes them; returns how the answer ended, as
+        vLLM's own ``finish_reason`` says (``length``: ``max_tokens`` ran out; else ``stop``)."""
         items = list(inputs)
         if len(items) != 1:
             raise ChatRequestError(
@@ -391,6 +393,7 @@ class VllmStageEngine(StageEngine):
         except _refusals() as exc:  # a prompt longer than the context, ...
             raise ChatRequestError(f"vLLM refused the request: {exc}") from None
         finished = False
+        reason: FinishReason = "stop"
         try:
             while not finished and engine.has_unfinished_requests():
                 for output in engine.step():
@@ -398,6 +401,8 @@ class VllmStageEngine(StageEngine):
                         continue
                     finished = bool(output.finished)
                     for completion in output.outputs:
+                        if getattr(completion, "finish_reason", None) == "length":
+                            reason = "length"
                         ids = [int(t) for t in completion.token_ids]
                         text = completion.text or ""
                         for n, token in enumerate(ids):
@@ -408,6 +413,7 @@ class VllmStageEngine(StageEngine):
             if not finished:  # the consumer stopped early, or stepping failed: free vLLM's slot
                 with contextlib.suppress(Exception):
                     engine.abort_request([rid])
+        return reason
 
     def for_output(self, item: Any) -> str:
         """The text of one token id, as vLLM detokenized it (empty while a character or a

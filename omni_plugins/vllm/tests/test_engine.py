@@ -90,6 +90,23 @@ def test_stop_string_ends_the_answer_before_it(vllm_engine: Any) -> None:
     assert text_of(vllm_engine, stopped) == text[:cut]
 
 
+def finish_of(engine: Any, request: Any, **params: Any) -> str:
+    """How one answer ended: what ``run`` returned (the stage loop reads it likewise)."""
+    tokens = engine.run(iter([request]), params)
+    while True:
+        try:
+            engine.for_output(next(tokens))
+        except StopIteration as end:
+            return str(end.value)
+
+
+def test_the_answer_says_how_it_ended(vllm_engine: Any) -> None:
+    assert finish_of(vllm_engine, PROMPT, max_tokens=5, ignore_eos=True) == "length"
+    text = text_of(vllm_engine, run(vllm_engine, PROMPT, max_tokens=40, ignore_eos=True))
+    start = next(i for i in range(8, len(text) - 3) if "\ufffd" not in text[i : i + 3] and text[i : i + 3].strip())
+    assert finish_of(vllm_engine, PROMPT, max_tokens=40, ignore_eos=True, stop=[text[start : start + 3]]) == "stop"
+
+
 def test_seeded_sampling_is_reproducible(vllm_engine: Any) -> None:
     params = {"max_tokens": 16, "ignore_eos": True, "temperature": 1.0, "top_p": 0.95}
     a = run(vllm_engine, PROMPT, seed=11, **params)
