@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from omni_core.generation.request import GenerationRequest
     from omni_core.generation.resolve import ModelResolution
     from omni_core.pipeline.orchestrator import Pipeline, PipelineResult, RequestStream
+    from omni_core.pipeline.placement import ResolvedPipeline
     from omni_core.plugins import PluginSet
     from omni_core.selection import Explanation
     from omni_core.speech.engine import SpeechEngine, SpeechResult, SpeechStream
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 #: options :class:`Omni` passes on to the engine of a speech model
 _SPEECH_OPTIONS = frozenset({"plugins", "platform", "model_stage"})
 #: options :class:`Omni` passes on to a multi-stage model's pipeline
-_PIPELINE_OPTIONS = frozenset({"plugins", "model_class_name", "recipe", "stages"})
+_PIPELINE_OPTIONS = frozenset({"plugins", "model_class_name", "recipe", "stages", "pipeline"})
 #: options :class:`Omni` passes on to the engine of an image or video model
 _GENERATION_OPTIONS = frozenset(
     {
@@ -83,6 +84,31 @@ class ServedModel:
     resolution: ModelResolution | None = None
     recipe: Recipe | None = None
 
+    def plan_pipeline(
+        self,
+        *,
+        plugins: PluginSet | None = None,
+        stages: dict[str, dict[str, Any]] | None = None,
+        model_class_name: str | None = None,
+    ) -> ResolvedPipeline:
+        """A multi-stage model's pipeline, resolved: its topology placed by the recipe's
+        ``pipeline:`` section and ``stages`` (per-stage overrides, beating the recipe);
+        ``model_class_name`` beats the recipe's, as in :func:`identify_model`. Nothing
+        loads and no process starts, so a caller can check a request against the result first
+        and hand it to ``Omni(..., pipeline=...)``."""
+        from omni_core.pipeline.placement import plan_pipeline
+
+        if self.modality != "pipeline":
+            raise ModelNotServedError(f"{self.model_dir} is {self.describe()}, not a multi-stage model")
+        recipe = self.recipe
+        return plan_pipeline(
+            self.model_dir,
+            recipe=recipe.pipeline if recipe is not None else None,
+            plugins=plugins,
+            overrides=stages,
+            model_class_name=model_class_name or (recipe.model_class_name if recipe is not None else None),
+        )
+
     def describe(self) -> str:
         """``a text-to-image model (family flux1-schnell)`` / ``a speech model (TTS adapter vits)``."""
         if self.modality == "speech":
@@ -117,13 +143,23 @@ def identify_model(
     from omni_core.generation.recipe import Recipe, load_recipe
     from omni_core.generation.resolve import Checkpoint, known_names, resolve_model
     from omni_core.plugins import get_plugins
-    from omni_core.speech.detection import ModelIdentity, explain_tts
+    from omni_core.speech.detection import ModelIdentity, claim_model, explain_tts, installed_models
 
     model_dir = Path(model).expanduser()
+    plugins = plugins if plugins is not None else get_plugins()
+    # a model only a TTS adapter recognises: an installed voice's name, a voice file, a layout of its own
+    claimed = claim_model(plugins, model_dir, model_stage)
+    if claimed is not None:
+        entry, _ = explain_tts(plugins, claimed, adapter)
+        if entry is not None:
+            return ServedModel(model_dir, "speech", entry.name, str(entry.provider), "speech", None, None)
     if not model_dir.is_dir():
         what = "is a file, not a directory" if model_dir.exists() else "does not exist"
-        raise ModelNotServedError(f"model directory {str(model_dir)!r} {what}; point it at a checkpoint directory")
-    plugins = plugins if plugins is not None else get_plugins()
+        names = sorted(installed_models(plugins)) if not model_dir.exists() else []
+        named = f", or name an installed model ({', '.join(names)})" if names else ""
+        raise ModelNotServedError(
+            f"model directory {str(model_dir)!r} {what}; point it at a checkpoint directory{named}"
+        )
     if recipe is not None and not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     pin = recipe.model_class_name if recipe is not None else None
@@ -219,7 +255,10 @@ class Omni:
       ``attention_backend`` (shorthand for its default), ``offload`` (a strategy name) and
       ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``. Each beats the
       recipe's setting, which beats the environment (``OMNI_ATTENTION_BACKEND``), which beats
-      the defaults: the same order as the command line (``EngineOptions.build`` decides both).
+      the defaults: the same order as the command line (``EngineOptions.build`` decides both);
+    * multi-stage: ``plugins``, ``model_class_name``, ``recipe``, ``stages`` (per-stage
+      overrides, beating the recipe's ``pipeline:`` section), or ``pipeline``: a pipeline planned
+      already (:meth:`ServedModel.plan_pipeline`), which is started as it is.
 
     A user's mistake or a bad checkpoint raises an :class:`~omni_core.errors.OmniError`
     subclass: :class:`ModelNotServedError`, ``ModelResolutionError``,
@@ -281,7 +320,6 @@ class Omni:
 
     def _open_pipeline(self, kwargs: dict[str, Any]) -> None:
         from omni_core.pipeline.orchestrator import Pipeline
-        from omni_core.pipeline.placement import plan_pipeline
 
         unknown = set(kwargs) - _PIPELINE_OPTIONS
         if unknown:
@@ -289,14 +327,17 @@ class Omni:
                 f"Omni() got option(s) {sorted(unknown)} that a multi-stage model does not take; "
                 f"accepted: {', '.join(sorted(_PIPELINE_OPTIONS))}"
             )
-        recipe = self.identity.recipe
-        resolved = plan_pipeline(
-            self.model_dir,
-            recipe=recipe.pipeline if recipe is not None else None,
-            plugins=kwargs["plugins"],
-            overrides=kwargs.get("stages"),
-            model_class_name=kwargs.get("model_class_name") or (recipe.model_class_name if recipe else None),
-        )
+        resolved: ResolvedPipeline | None = kwargs.get("pipeline")
+        if resolved is None:
+            resolved = self.identity.plan_pipeline(
+                plugins=kwargs["plugins"], stages=kwargs.get("stages"), model_class_name=kwargs.get("model_class_name")
+            )
+        elif kwargs.get("stages"):
+            raise TypeError("Omni() takes stages= or an already planned pipeline=, not both: plan with the stages")
+        elif Path(resolved.model_dir).resolve() != self.model_dir.resolve():
+            raise ValueError(
+                f"Omni({str(self.model_dir)!r}, pipeline=...): the pipeline was planned for {resolved.model_dir}"
+            )
         self._pipeline = Pipeline(resolved, plugins=kwargs["plugins"]).start()
 
     @property

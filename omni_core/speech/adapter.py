@@ -54,6 +54,20 @@ class AdapterContext:
         return seeded_segments(self.platform, seed, segments)
 
 
+@dataclass(frozen=True)
+class ModelClaim:
+    """An adapter's claim on a model that has no ``config.json`` (:meth:`TTSAdapter.identify`):
+    a file, or a directory in a layout of the adapter's own."""
+
+    #: the directory the adapter loads from (:attr:`AdapterContext.model_dir`)
+    model_dir: Path
+    #: stands in for ``config.json`` (:attr:`AdapterContext.config`); its ``architectures``
+    #: names one of the adapter's ``model_archs``, so detection matches it as it matches any model
+    config: Mapping[str, Any]
+    #: why the adapter claims it, for ``omni explain tts``
+    reason: str
+
+
 class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
     """One TTS family: which models it serves, how requests are shaped, how audio is made.
 
@@ -93,6 +107,27 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
         on-disk layout (for tests and the embedded default). Optional."""
         raise NotImplementedError(f"{cls.name} has no tiny-checkpoint maker")
 
+    # The two classmethods below are optional (plugin API 1.1 adapters without them keep
+    # working): they let an adapter serve models that have no ``config.json`` and address
+    # installed models by name. Detection
+    # calls them on the registered adapters in (detect_priority, name) order; keep them cheap
+    # and free of heavy imports, as every installed adapter's are asked.
+
+    @classmethod
+    def identify(cls, path: Path) -> ModelClaim | None:
+        """Claim ``path`` (a file, or a directory without ``config.json``) as a model of this
+        adapter, from its own files (e.g. a voice's JSON config), or None. Raise
+        :class:`~omni_core.errors.TTSDetectionError` when it is this adapter's layout but
+        cannot be served as it is (say which file to pick, what is missing)."""
+        return None
+
+    @classmethod
+    def installed_models(cls) -> Mapping[str, Path]:
+        """Installed models this adapter knows by a short name (``--model NAME``), each mapped
+        to a path :meth:`identify` claims, e.g. voices installed as Python packages. Names
+        compare case-insensitively; an existing path of the same name wins over a name."""
+        return {}
+
     @abc.abstractmethod
     def capabilities(self) -> TTSCapabilities:
         """What the loaded model can do (voices, languages, rates, streaming, cloning, ...)."""
@@ -119,7 +154,15 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
 
     def sampling_overrides(self, request: SpeechRequest) -> dict[str, Any]:
         """Fields this request changes. The runtime merges them onto :meth:`default_sampling`
-        field by field, so a stop token or budget the request does not mention survives."""
+        field by field, so a stop token or budget the request does not mention survives.
+
+        ``max_new_tokens`` has one meaning for every adapter: the most output tokens the model
+        generates for the whole request (every sentence together), counted as :meth:`usage`
+        counts ``output_tokens``; ``usage()["output_tokens"]`` never exceeds it. Map it onto
+        whatever your model's budget is (the default passes it on as ``"max_new_tokens"``);
+        sentences spend it in order, and those after it is spent are not spoken. A model
+        without such a budget (one pass for the whole waveform) lists ``max_new_tokens`` in
+        :attr:`~omni_core.speech.request.TTSCapabilities.unsupported_fields`."""
         overrides: dict[str, Any] = {}
         if request.max_new_tokens is not None:
             overrides["max_new_tokens"] = request.max_new_tokens
@@ -152,7 +195,7 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
         * ``input_audio_tokens``: tokens of reference audio (0 when none is read);
         * ``input_tokens``: their sum;
         * ``output_tokens``: what the model generated, in the unit its adapter documents
-          (decoder steps, codec frames), the one ``max_new_tokens`` budgets where it can;
+          (decoder steps, codec frames): the unit ``max_new_tokens`` budgets, never more than it;
         * ``total_tokens``: input plus output.
 
         None (the default): the model has no meaningful token count, e.g. one that makes the

@@ -1,7 +1,8 @@
 """Audio after synthesis: speed change, resampling and encoding to wav, pcm, flac or mp3.
 
-numpy is imported when these run (never at ``import omni_core``); flac and mp3 need the
-``soundfile`` package (libsndfile 1.1 or newer for mp3).
+numpy is imported when these run (never at ``import omni_core``); resampling needs the ``soxr``
+package, flac and mp3 the ``soundfile`` package (libsndfile 1.1 or newer for mp3); the
+``speech`` extra installs both.
 """
 
 from __future__ import annotations
@@ -53,36 +54,24 @@ class Audio:
 
 
 def resample(audio: Audio, rate: int) -> Audio:
-    """Band-limited (windowed-sinc) resampling to ``rate``; a no-op at the same rate."""
-    import numpy as np
+    """Resample to ``rate`` with soxr at its default (HQ) quality; a no-op at the same rate.
 
+    Mono or multichannel; ``round(frames * rate / sample_rate)`` frames come back (halves round
+    up). soxr is imported here, not at ``import omni_core``: it is a dependency of the
+    ``speech`` extra. ``benchmarks/resample.py`` compares it with omni's earlier resampler."""
     if rate == audio.sample_rate:
         return audio
-    x = np.asarray(audio.samples, dtype=np.float64)
-    src, dst = audio.sample_rate, rate
-    n_out = math.floor(x.shape[0] * dst / src)
-    cutoff = min(src, dst) / 2 / src  # in cycles per input sample
-    half = 32  # taps on each side at the input rate (scaled when downsampling)
-    width = math.ceil(half / (2 * cutoff))
-    t = np.arange(n_out) * (src / dst)  # output times in input samples
-    out_shape = (n_out, *x.shape[1:])
-    out = np.zeros(out_shape, dtype=np.float64)
-    block = 4096
-    for start in range(0, n_out, block):
-        tb = t[start : start + block]
-        base = np.floor(tb).astype(np.int64)
-        offsets = np.arange(-width + 1, width + 1)
-        idx = base[:, None] + offsets[None, :]
-        dist = tb[:, None] - idx
-        kernel = 2 * cutoff * np.sinc(2 * cutoff * dist) * np.kaiser(2 * width, 8.0)[None, :]
-        valid = (idx >= 0) & (idx < x.shape[0])
-        kernel = np.where(valid, kernel, 0.0)
-        gathered = x[np.clip(idx, 0, x.shape[0] - 1)]
-        if x.ndim == 1:
-            out[start : start + block] = np.sum(kernel * gathered, axis=1)
-        else:
-            out[start : start + block] = np.einsum("ij,ijc->ic", kernel, gathered)
-    return Audio(out.astype(np.float32), dst)
+    import numpy as np
+
+    try:
+        import soxr  # type: ignore[import-untyped]
+    except ImportError:
+        raise SpeechRequestError(
+            f"resampling to {rate} Hz needs the soxr package: pip install 'omni-core[speech]' (or pip install soxr)"
+        ) from None
+    # soxr reads C-contiguous frames x channels; float32 is what Audio holds and what it computes in at HQ
+    samples = np.ascontiguousarray(audio.samples, dtype=np.float32)
+    return Audio(soxr.resample(samples, audio.sample_rate, rate, quality="HQ"), rate)
 
 
 def time_stretch(audio: Audio, speed: float) -> Audio:
@@ -147,7 +136,18 @@ def wav_stream_header(sample_rate: int, channels: int) -> bytes:
     block = channels * 2
     return b"RIFF" + struct.pack(
         "<I4s4sIHHIIHH4sI",
-        0xFFFFFFFF, b"WAVE", b"fmt ", 16, 1, channels, sample_rate, sample_rate * block, block, 16, b"data", 0xFFFFFFFF,
+        0xFFFFFFFF,
+        b"WAVE",
+        b"fmt ",
+        16,
+        1,
+        channels,
+        sample_rate,
+        sample_rate * block,
+        block,
+        16,
+        b"data",
+        0xFFFFFFFF,
     )
 
 

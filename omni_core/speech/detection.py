@@ -1,11 +1,20 @@
 """Which TTS adapter serves a model: first match in (detect_priority, name) order, where two
-matches at the same priority are an error naming both plugins, never a silent first pick."""
+matches at the same priority are an error naming both plugins, never a silent first pick.
+
+A model is a checkpoint directory with a ``config.json``, or, through the adapters' optional
+hooks (:meth:`~omni_core.speech.adapter.TTSAdapter.identify`,
+:meth:`~omni_core.speech.adapter.TTSAdapter.installed_models`), a file or directory an adapter
+claims from its own files, or the short name of an installed model: :func:`locate_model`
+turns any of them into a :class:`ModelIdentity`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from omni_core.errors import OmniError
 
 # defined in omni_core.errors (one error hierarchy); imported here so old imports keep working
 from omni_core.errors import TTSDetectionError as TTSDetectionError
@@ -15,6 +24,7 @@ from omni_core.selection import Explanation, Outcome
 if TYPE_CHECKING:
     from omni_core.plugins import PluginSet
     from omni_core.registry import Registered, TTSAdapterSpec
+    from omni_core.speech.adapter import ModelClaim, TTSAdapter
 
 
 @dataclass(frozen=True)
@@ -26,15 +36,37 @@ class ModelIdentity:
     model_type: str | None = None
     model_stage: str | None = None
     config: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: for a model without ``config.json``: the adapter that claimed it and why
+    claim: str | None = None
 
     @property
     def arch(self) -> str | None:
         return self.architectures[0] if self.architectures else None
 
     @classmethod
+    def from_claim(cls, claim: ModelClaim, model_stage: str | None, by: str) -> ModelIdentity:
+        """The identity of a model an adapter claimed (:meth:`TTSAdapter.identify`)."""
+        config = dict(claim.config)
+        archs = config.get("architectures") or ()
+        model_type = config.get("model_type")
+        return cls(
+            Path(claim.model_dir),
+            (archs,) if isinstance(archs, str) else tuple(str(a) for a in archs),
+            model_type if isinstance(model_type, str) else None,
+            model_stage,
+            config,
+            f"{by}: {claim.reason}",
+        )
+
+    @classmethod
     def from_dir(cls, model_dir: str | Path, model_stage: str | None = None) -> ModelIdentity:
         path = Path(model_dir).expanduser()
         config_file = path / "config.json"
+        if path.is_file():
+            raise TTSDetectionError(
+                f"{str(path)!r} is a file that no installed TTS adapter claims; point --model at a checkpoint "
+                "directory (with its config.json), or install the plugin for this model format"
+            )
         if not path.is_dir():
             raise TTSDetectionError(f"model directory {str(path)!r} does not exist")
         if not config_file.is_file():
@@ -58,12 +90,88 @@ class ModelIdentity:
         )
 
 
+def _adapter_classes(plugins: PluginSet) -> Iterator[tuple[str, type[TTSAdapter]]]:
+    """The active adapters' classes in detection order. One that fails to import is left out
+    here: :func:`explain_tts` reports it as a failed candidate."""
+    for entry in sorted(plugins.tts_adapters, key=lambda e: (e.spec.detect_priority, e.name)):
+        try:
+            cls = entry.load()
+        except Exception:
+            continue
+        yield entry.name, cls
+
+
+def _asked(adapter: str, hook: str, call: Any) -> Any:
+    """One adapter's answer to an optional detection hook. omni's own errors (a claimed model
+    that cannot be served as it is) pass through; a plugin's bug is named, not a traceback."""
+    try:
+        return call()
+    except OmniError:
+        raise
+    except Exception as exc:
+        raise TTSDetectionError(
+            f"TTS adapter {adapter!r} failed in {hook}(): {type(exc).__name__}: {exc}; "
+            "report this to the plugin's authors, or choose another adapter with --adapter NAME"
+        ) from exc
+
+
+def installed_models(plugins: PluginSet) -> dict[str, tuple[Path, str]]:
+    """Every installed model the active adapters know by a short name: casefolded name ->
+    (path, adapter). The first adapter in detection order keeps a name two adapters share."""
+    names: dict[str, tuple[Path, str]] = {}
+    for adapter, cls in _adapter_classes(plugins):
+        known = _asked(adapter, "installed_models", cls.installed_models)
+        for name, path in known.items():
+            names.setdefault(str(name).casefold(), (Path(path), adapter))
+    return names
+
+
+def claim_model(plugins: PluginSet, model: str | Path, model_stage: str | None = None) -> ModelIdentity | None:
+    """The identity of a model only an adapter can recognise: the short name of an installed
+    model, or a file or a directory without ``config.json`` that an adapter's
+    :meth:`~omni_core.speech.adapter.TTSAdapter.identify` claims. None for anything else (a
+    checkpoint directory with its ``config.json``, a path nothing claims)."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        named = installed_models(plugins).get(str(model).casefold())
+        if named is None:
+            return None
+        path = named[0]
+    elif path.is_dir() and (path / "config.json").is_file():
+        return None
+    for adapter, cls in _adapter_classes(plugins):
+        claim = _asked(adapter, "identify", lambda c=cls: c.identify(path))
+        if claim is not None:
+            return ModelIdentity.from_claim(claim, model_stage, adapter)
+    return None
+
+
+def locate_model(plugins: PluginSet, model: str | Path, model_stage: str | None = None) -> ModelIdentity:
+    """What detection reads from ``model``: a checkpoint directory, a file or directory an
+    adapter claims, or an installed model's short name. Raises :class:`TTSDetectionError`
+    naming the installed models when ``model`` is neither a path nor one of their names."""
+    identity = claim_model(plugins, model, model_stage)
+    if identity is not None:
+        return identity
+    if not Path(model).expanduser().exists():
+        names = installed_models(plugins)
+        if names:
+            listed = ", ".join(f"{name} ({adapter})" for name, (_, adapter) in sorted(names.items()))
+            raise TTSDetectionError(
+                f"model {str(model)!r} is neither a directory nor the name of an installed model (installed: "
+                f"{listed}); point --model at a checkpoint directory or name one of these"
+            )
+    return ModelIdentity.from_dir(model, model_stage)
+
+
 def explain_tts(
     plugins: PluginSet, identity: ModelIdentity, adapter: str | None = None
 ) -> tuple[Registered[TTSAdapterSpec] | None, Explanation]:
     """Detect the adapter for ``identity`` (or honour an explicit ``adapter`` name) and say why.
     Raises :class:`TTSDetectionError` when two adapters at the same priority both match."""
     what = f"arch={identity.arch or '-'}, model_type={identity.model_type or '-'}, stage={identity.model_stage or '-'}"
+    if identity.claim:  # no config.json: say whose reading of the files gave these
+        what += f"; identified by {identity.claim}"
     explanation = Explanation(f"tts adapter for {identity.model_dir.name} ({what})")
     registry = plugins.tts_adapters
     if adapter:

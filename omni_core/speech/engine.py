@@ -16,7 +16,7 @@ from omni_core.inputs import check_checkpoint_files
 from omni_core.quiet import quiet_libraries
 from omni_core.speech.adapter import AdapterContext, TTSAdapter
 from omni_core.speech.audio import CONTENT_TYPES, Audio, check_format, encode, resample, time_stretch
-from omni_core.speech.detection import ModelIdentity, TTSDetectionError, explain_tts
+from omni_core.speech.detection import TTSDetectionError, explain_tts, locate_model
 from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class SpeechEngine:
 
         self.plugins = plugins if plugins is not None else get_plugins()
         self.platform = platform if platform is not None else current_platform()
-        self.identity = ModelIdentity.from_dir(model, model_stage)
+        self.identity = locate_model(self.plugins, model, model_stage)
         entry, self.explanation = explain_tts(self.plugins, self.identity, adapter)
         if entry is None:
             raise TTSDetectionError(self.explanation.rule + "\n" + self.explanation.render())
@@ -158,7 +158,9 @@ class SpeechEngine:
         check_checkpoint_files(self.identity.model_dir)
         ctx = AdapterContext(self.identity.model_dir, self.identity.config, self.platform, model_stage)
         start = time.perf_counter()
-        with self._failures("loading", ModelLoadError), quiet_libraries():
+        # an adapter quiets the libraries it imports as it loads them (quiet_libraries()); the
+        # engine quiets only those already imported, so a torch-free voice never imports torch
+        with self._failures("loading", ModelLoadError), quiet_libraries(imported_only=True):
             self.adapter: TTSAdapter = cls(ctx)
             self.adapter.load()
         self.load_seconds = time.perf_counter() - start
@@ -229,7 +231,7 @@ class SpeechEngine:
             )
         check_cancelled()  # a request cancelled while it waited is not synthesised
         start = time.perf_counter()
-        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
+        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries(imported_only=True):
             self._seeded(seed)
             raw = self.adapter.generate(prepared, seed)
             check_cancelled()  # nor resampled and encoded for a client that is gone
@@ -268,7 +270,7 @@ class SpeechEngine:
 
     def _chunks(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         # seeded when iteration starts, so streams created side by side do not share a seed
-        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries():
+        with self._failures("synthesising with", ModelRuntimeError), quiet_libraries(imported_only=True):
             check_cancelled()
             self._seeded(seed)
             chunks = self.adapter.stream(prepared, seed)

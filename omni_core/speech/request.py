@@ -41,7 +41,11 @@ class SpeechRequest(BaseModel):
     )
     stream: bool = Field(default=False, description="Send the audio in chunks as it is made.")
     max_new_tokens: int | None = Field(
-        default=None, ge=1, description="Budget of generated tokens (autoregressive models); unset: the model's."
+        default=None,
+        ge=1,
+        description="The most output tokens the model generates for the whole input, in the unit its usage "
+        "counts (e.g. decoder steps, codec frames); models that make audio in one pass refuse it. Unset: the "
+        "model's own budget.",
     )
 
     @classmethod

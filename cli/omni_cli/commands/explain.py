@@ -96,7 +96,7 @@ def explain_attention_cmd(
 
 @app.command("tts")
 def explain_tts_cmd(
-    model: Path = typer.Option(..., "--model", help="Checkpoint directory (with its config.json)."),
+    model: Path = typer.Option(..., "--model", help="Checkpoint directory, voice file, or installed voice name."),
     adapter: str = typer.Option("", "--adapter", help="Explain an explicit choice of this TTS adapter."),
     model_stage: str = typer.Option("", "--model-stage", help="The deploy model_stage, if the deployment names one."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -104,11 +104,11 @@ def explain_tts_cmd(
     """Which TTS adapter serves a model: every candidate, why each lost, and the winner."""
     from omni_core.errors import OmniError
     from omni_core.plugins import load_plugins
-    from omni_core.speech.detection import ModelIdentity, explain_tts, overlapping_adapters
+    from omni_core.speech.detection import explain_tts, locate_model, overlapping_adapters
 
     plugins = load_plugins()
     try:
-        identity = ModelIdentity.from_dir(model, model_stage or None)
+        identity = locate_model(plugins, model, model_stage or None)
         choice, explanation = explain_tts(plugins, identity, adapter or None)
     except OmniError as exc:
         raise fail_with(exc) from None

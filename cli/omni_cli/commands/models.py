@@ -1,4 +1,5 @@
-"""``omni models ...``: the families installed plugins provide, and tiny checkpoints of them.
+"""``omni models ...``: the families installed plugins provide, tiny checkpoints of them, and what
+serves one checkpoint (with its voices).
 
 A tiny checkpoint is a family's standard on-disk layout with a few random weights: enough to
 check an install, run the tests and measure omni's overhead, not to produce speech or pictures.
@@ -17,7 +18,10 @@ from omni_cli._typer import OmniTyper
 from omni_cli.output import emit_json, fail_with, table
 from omni_core.tiny import MARKER_FILENAME, read_marker, write_marker
 
-app = OmniTyper(help="Model families of the installed plugins, and tiny checkpoints of them.", no_args_is_help=True)
+app = OmniTyper(
+    help="Model families of the installed plugins, tiny checkpoints of them, and what a checkpoint offers.",
+    no_args_is_help=True,
+)
 
 
 def _has_maker(cls: Any) -> bool:
@@ -221,3 +225,85 @@ def make_tiny_cmd(
         typer.echo(f"try: omni explain pipeline --model {path}")
     else:
         typer.echo(f'try: omni speak "Hello there" --model {path}')
+
+
+def describe(model: str) -> dict[str, Any]:
+    """What serves ``model`` and what a request may ask of it. A speech model is loaded (an
+    adapter knows its voices once it has read its files); a multi-stage model's voices come from
+    its topology, an image or video model has none: neither loads anything."""
+    from omni_core.api import Omni, identify_model
+    from omni_core.tiny import has_random_weights
+
+    identity = identify_model(model)
+    info: dict[str, Any] = {
+        "model": str(identity.model_dir),
+        "family": identity.name,
+        "kind": "tts_adapter" if identity.modality == "speech" else "model",
+        "provider": identity.provider,
+        "task": identity.task,
+        "random_weights": identity.model_dir.is_dir() and has_random_weights(identity.model_dir),
+        "voices": [],
+        "default_voice": None,
+    }
+    if identity.modality == "speech":
+        with Omni(model) as omni:
+            caps = omni.capabilities
+        info.update(
+            voices=list(caps.voices),
+            default_voice=caps.default_voice,
+            languages=list(caps.languages),
+            native_sample_rate=caps.native_sample_rate,
+            sample_rates=list(caps.supported_sample_rates),
+            streaming=caps.streaming,
+            native_speed_control=caps.native_speed_control,
+        )
+    elif identity.modality == "pipeline":
+        stage = identity.plan_pipeline().topology.voice_stage
+        if stage is not None:
+            info.update(voices=list(stage.voices), default_voice=stage.voices[0], voice_stage=stage.name)
+    return info
+
+
+def _voices(info: dict[str, Any]) -> str:
+    if info["voices"]:
+        return ", ".join(f"{v} (default)" if v == info["default_voice"] else v for v in info["voices"])
+    if info["task"] == "speech":
+        return "none to choose (send no voice)"
+    return "none (it does not speak)"
+
+
+@app.command("show")
+def show(
+    model: str = typer.Argument(..., help="Checkpoint directory, or a name a TTS adapter knows (an installed voice)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """What serves MODEL and what a request may ask of it: voices, languages, sample rate."""
+    from omni_core.errors import OmniError
+
+    try:
+        info = describe(model)
+    except OmniError as exc:
+        raise fail_with(exc) from None
+    if as_json:
+        emit_json(info)
+        return
+    rows = [
+        ("model", info["model"] + ("  (random weights)" if info["random_weights"] else "")),
+        (
+            "served by",
+            f"{info['family']}  ({'TTS adapter' if info['kind'] == 'tts_adapter' else 'family'}, {info['provider']})",
+        ),
+        ("task", info["task"]),
+        ("voices", _voices(info)),
+    ]
+    if info["task"] == "speech":
+        rates = ", ".join(map(str, info["sample_rates"])) or "any from 8000 to 192000"
+        rows += [
+            ("languages", ", ".join(info["languages"]) or "-"),
+            ("sample rate", f"{info['native_sample_rate']} Hz native; on request: {rates} Hz"),
+            ("streaming", "yes" if info["streaming"] else "no"),
+            ("speed", "the model's own" if info["native_speed_control"] else "time-stretched after synthesis"),
+        ]
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        typer.echo(f"{key:<{width}}  {value}")

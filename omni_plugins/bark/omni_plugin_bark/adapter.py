@@ -8,10 +8,13 @@ the remaining codebooks (non-causal) -> EnCodec waveform. A voice is a *voice pr
 
 * **Sampling:** :meth:`BarkAdapter.default_sampling` holds the per-stage defaults as
   ``BarkModel.generate`` keyword arguments (``semantic_temperature``,
-  ``coarse_temperature``, ``fine_temperature``, ``semantic_max_new_tokens``, ...); a
-  request's ``max_new_tokens`` overrides only ``semantic_max_new_tokens`` (the runtime merges
-  it onto the defaults, so the temperatures and the rest survive). The coarse budget follows
-  from the semantic one (about three coarse tokens per semantic token).
+  ``coarse_temperature``, ``fine_temperature``, ``semantic_max_new_tokens`` (per sentence),
+  ...). A request's ``max_new_tokens`` is the most EnCodec frames (the output tokens
+  ``usage`` counts) of the whole utterance: it becomes ``max_frames``, which the sentences
+  spend in order. Each sentence's semantic budget is cut to what the frames left allow (a
+  semantic token becomes ``coarse_rate_hz / semantic_rate_hz``, 75 / 49.9, frames), and the
+  sentences after the budget is spent are not spoken. The runtime merges it onto the
+  defaults, so the temperatures and the rest survive.
 * **Long text** is generated sentence by sentence (:func:`omni_core.speech.text.segment_text`), each
   sentence seeded by the engine's per-segment rule (``self.ctx.segments``), so :meth:`BarkAdapter.stream` yields
   one chunk per sentence and the chunks concatenate to exactly what
@@ -50,6 +53,8 @@ BARK_SAMPLE_RATE = 24_000
 BARK_MAX_INPUT_SEMANTIC_LENGTH = 256
 BARK_SEMANTIC_MAX_NEW_TOKENS = 768
 BARK_SEMANTIC_BLOCK_SIZE = 1024
+BARK_SEMANTIC_RATE_HZ = 49.9
+BARK_COARSE_RATE_HZ = 75
 
 
 class BarkAdapter(TTSAdapter):
@@ -100,6 +105,13 @@ class BarkAdapter(TTSAdapter):
     def _max_text_tokens(self) -> int:
         value = self._semantic_generation().get("max_input_semantic_length")
         return int(value or BARK_MAX_INPUT_SEMANTIC_LENGTH)
+
+    def _semantic_tokens_within(self, frames: int) -> int:
+        """The most semantic tokens whose coarse (and so EnCodec) frames fit in ``frames``:
+        transformers makes ``floor(semantic * coarse_rate / semantic_rate)`` of them."""
+        semantic = float(self._semantic_generation().get("semantic_rate_hz") or BARK_SEMANTIC_RATE_HZ)
+        coarse = self._generation_config().get("coarse_acoustics_config") or {}
+        return math.floor(frames * semantic / float(coarse.get("coarse_rate_hz") or BARK_COARSE_RATE_HZ))
 
     def _max_semantic_tokens(self) -> int:
         """The longest semantic budget the semantic model's position table allows."""
@@ -155,6 +167,12 @@ class BarkAdapter(TTSAdapter):
     # --- loading ----------------------------------------------------------------------------------
 
     def load(self) -> None:
+        from omni_core.quiet import quiet_libraries
+
+        with quiet_libraries():  # transformers' loading bars and notes are not the user's business
+            self._load()
+
+    def _load(self) -> None:
         import numpy as np
         from transformers import BarkModel, BarkProcessor
 
@@ -196,11 +214,10 @@ class BarkAdapter(TTSAdapter):
                 "input has nothing this model's tokenizer can read (it is empty once tokenised, or every "
                 "character maps to the unknown token); write the text in a language the model speaks"
             )
-        limit = self._max_semantic_tokens()
-        if request.max_new_tokens is not None and request.max_new_tokens > limit:
+        if request.max_new_tokens is not None and self._semantic_tokens_within(request.max_new_tokens) < 1:
             return (
-                f"max_new_tokens {request.max_new_tokens} exceeds what this Bark checkpoint can generate per "
-                f"sentence ({limit} semantic tokens); lower it or omit it"
+                f"max_new_tokens {request.max_new_tokens} is fewer codec frames than one semantic token of this "
+                "Bark checkpoint makes; raise it or omit it"
             )
         return None
 
@@ -220,9 +237,10 @@ class BarkAdapter(TTSAdapter):
         }
 
     def sampling_overrides(self, request: SpeechRequest) -> dict[str, Any]:
+        # the whole utterance's frame budget; each sentence's semantic budget follows from what is left
         if request.max_new_tokens is None:
             return {}
-        return {"semantic_max_new_tokens": request.max_new_tokens}
+        return {"max_frames": request.max_new_tokens}
 
     def build(self, request: SpeechRequest, sampling: dict[str, Any]) -> PreparedRequest:
         from omni_core.speech.text import segment_text
@@ -262,10 +280,25 @@ class BarkAdapter(TTSAdapter):
         samples = waveform[0].detach().to(torch.float32).cpu().numpy()
         return Audio(np.clip(samples, -1.0, 1.0).astype(np.float32), self._sample_rate())
 
+    def _hop(self) -> int:
+        """Samples per EnCodec frame: the codec decodes every frame to exactly this many."""
+        return math.prod(int(r) for r in self._loaded().codec_model.config.upsampling_ratios)
+
     def _synthesize(self, prepared: PreparedRequest, seed: int) -> Iterator[Audio]:
         voice = prepared.prompt.get("voice")
+        sampling = dict(prepared.sampling)
+        left: int | None = sampling.pop("max_frames", None)
         for text in self.ctx.segments(seed, prepared.prompt["segments"]):
-            yield self._segment_audio(text, voice, prepared.sampling)
+            if left is not None:
+                semantic = min(int(sampling["semantic_max_new_tokens"]), self._semantic_tokens_within(left))
+                if semantic < 1:
+                    return  # the budget is spent: the remaining sentences are not spoken
+                sampling["semantic_max_new_tokens"] = semantic
+                sampling["semantic_min_new_tokens"] = min(int(sampling.get("semantic_min_new_tokens", 1)), semantic)
+            audio = self._segment_audio(text, voice, sampling)
+            if left is not None:
+                left -= audio.frames // self._hop()
+            yield audio
 
     def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
         from omni_core.speech.audio import Audio
@@ -276,10 +309,9 @@ class BarkAdapter(TTSAdapter):
         yield from self._synthesize(prepared, seed)
 
     def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int]:
-        # the codec decodes every frame to exactly hop samples, so the frames follow from the length
-        model = self._loaded()
-        hop = math.prod(int(r) for r in model.codec_model.config.upsampling_ratios)
+        # the codec decodes every frame to exactly hop samples, so the frames follow from the length;
+        # the unit max_new_tokens budgets
         return token_usage(
             input_text_tokens=sum(self.count_tokens(text) for text in prepared.prompt["segments"]),
-            output_tokens=audio.frames // hop,
+            output_tokens=audio.frames // self._hop(),
         )

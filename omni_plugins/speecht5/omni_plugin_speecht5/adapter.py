@@ -135,6 +135,12 @@ class SpeechT5Adapter(TTSAdapter):
     # ----------------------------------------------------------------- loading
 
     def load(self) -> None:
+        from omni_core.quiet import quiet_libraries
+
+        with quiet_libraries():  # transformers' loading bars and notes are not the user's business
+            self._load()
+
+    def _load(self) -> None:
         from transformers import SpeechT5ForTextToSpeech, SpeechT5HifiGan, SpeechT5Processor
 
         from omni_plugin_speecht5.voices import load_voices

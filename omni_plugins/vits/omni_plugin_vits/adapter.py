@@ -117,6 +117,12 @@ class VitsAdapter(TTSAdapter):
     # ------------------------------------------------------------------ contract
 
     def load(self) -> None:
+        from omni_core.quiet import quiet_libraries
+
+        with quiet_libraries():  # transformers' loading bars and notes are not the user's business
+            self._load()
+
+    def _load(self) -> None:
         from transformers import VitsModel, VitsTokenizer
         from transformers.utils import is_phonemizer_available
 

@@ -1,0 +1,5 @@
+from omni_core.testing import PluginConformance
+
+
+class TestPiperPluginConformance(PluginConformance):
+    plugin_name = "piper"
