@@ -346,6 +346,11 @@ class VllmStageEngine(StageEngine):
             )
         self.in_process = _engine_core_in_process(options)
         with quiet_vllm():
+            from multiprocessing import resource_tracker
+
+            # this process's resource tracker starts in the quiet environment too: at exit it
+            # otherwise warns about shared memory vLLM's engine client left registered
+            resource_tracker.ensure_running()
             from vllm import EngineArgs, LLMEngine
             from vllm.platforms import current_platform
 
