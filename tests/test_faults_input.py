@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 CRASH_FIXTURE = REPO / "tests" / "fixtures" / "plugins" / "omni-fixture-tts-crash"
 NEEDED = (
     "torch",
+    "omni_plugin_bark",
     "omni_plugin_flux",
     "omni_plugin_vits",
     "omni_plugin_speecht5",
@@ -45,7 +46,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         any(importlib.util.find_spec(m) is None for m in NEEDED),
-        reason="needs torch, the flux, vits, speecht5 and piper plugins and the joe voice (`make test` installs them)",
+        reason="needs torch, the flux, vits, speecht5, bark and piper plugins and the joe voice (`make test`)",
     ),
 ]
 
@@ -76,7 +77,7 @@ def tiny(home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     """Tiny random-weight checkpoints, made once; rows damage copies of them."""
     root = tmp_path_factory.mktemp("tiny")
     made = {}
-    for key, family in (("flux", "flux1-schnell"), ("vits", "vits"), ("speecht5", "speecht5")):
+    for key, family in (("flux", "flux1-schnell"), ("vits", "vits"), ("speecht5", "speecht5"), ("bark", "bark")):
         proc = omni(home, "models", "make-tiny", family, str(root / key), cwd=root)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         made[key] = root / key
@@ -289,6 +290,8 @@ CASES = [
         "holds 2 Piper voices", "point --model at one of the .onnx files"),
     row("speak-piper-voice-on-a-single-speaker", lambda w: w.joe(), (*SPEAK, "--voice", "bob", "--out", "a.wav"), 1,
         "no selectable voices", "bob"),
+    row("speak-bark-budget-under-one-semantic-token", lambda w: w.use("bark"),
+        (*SPEAK, "--max-new-tokens", "1", "--out", "a.wav"), 1, "max_new_tokens 1", "fewer codec frames"),
     row("speak-piper-max-new-tokens", lambda w: w.joe(), (*SPEAK, "--max-new-tokens", "5", "--out", "a.wav"), 1,
         "max_new_tokens"),
     # -- seeds: one rule for generate and speak ---------------------------------------------
