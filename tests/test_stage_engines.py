@@ -84,6 +84,16 @@ def test_an_engine_whose_probe_says_no_is_passed_over_with_its_reason(
     ), result.stdout
 
 
+def test_an_engine_that_cannot_run_here_is_not_offered_as_a_choice(
+    chat_site: Path, shout_site: Path, chat_model: Path, tmp_path: Path
+) -> None:
+    args = ("explain", "pipeline", "--model", chat_model, "--stage", "tokens.engine=turbo")
+    offered = omni(tmp_path, (chat_site, shout_site), *args)
+    assert offered.returncode == 1 and "can run on ['fixture', 'shout']" in offered.stderr, offered.stderr
+    refused = omni(tmp_path, (chat_site, shout_site), *args, OMNI_FIXTURE_SHOUT_OFF="1")
+    assert refused.returncode == 1 and "can run on ['fixture']" in refused.stderr, refused.stderr
+
+
 def test_the_operator_chooses_the_engine_per_stage(
     chat_site: Path, shout_site: Path, chat_model: Path, tmp_path: Path
 ) -> None:

@@ -102,7 +102,9 @@ def _the_wanted(
     own: EngineChoice,
     claiming: list[Registered[StageEngineSpec]],
 ) -> EngineChoice:
-    choices = [own.name, *(e.name for e in claiming)]
+    # the names the operator can choose here: the model's own, and the engines that claim the
+    # stage and whose probe agrees (one that cannot run here is no choice to offer)
+    choices = [own.name, *(e.name for e in claiming if probe_engine(e, str(stage.architecture))[0])]
     if wanted.casefold() == own.name.casefold():
         return EngineChoice(own.ref, own.name, f"the model's own, as {field} asks")
     entry = next((e for e in claiming if e.name.casefold() == wanted.casefold()), None)
