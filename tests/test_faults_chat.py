@@ -189,6 +189,8 @@ def test_a_chat_that_gets_as_far_as_loading_names_the_stage_that_failed(
         pytest.param(("--audio-out", "nowhere/reply.wav"), ("nowhere",), id="chat-audio-out-no-directory"),
         pytest.param(("--voice", "alto", "--audio-out", "r.wav"), ("--voice alto: the voices are high, low",),
                      id="chat-unknown-voice"),
+        pytest.param(("--voice", "low"), ("--voice low picks the voice of the spoken answer", "--audio-out"),
+                     id="chat-voice-without-audio-out"),
         pytest.param(("--max-tokens", "0"), ("--max-tokens",), id="chat-max-tokens-zero"),
         pytest.param(("--temperature", "-1"), ("--temperature",), id="chat-negative-temperature"),
     ],
@@ -197,7 +199,8 @@ def test_a_chat_mistake_is_named_before_anything_loads(
     chat_site: Path, chat_model: Path, tmp_path: Path, args: tuple[str, ...], mentions: tuple[str, ...]
 ) -> None:
     result = omni_chat(chat_model, chat_site, tmp_path, *args, *LOAD_FAILS)
-    assert_clean_failure(result, 1 if not args[0].startswith(("--max", "--temp")) else 2, *mentions)
+    usage = args[0].startswith(("--max", "--temp")) or "--audio-out" not in args  # a usage mistake: exit 2
+    assert_clean_failure(result, 2 if usage else 1, *mentions)
     assert LOADED not in result.stderr, result.stderr  # refused before any stage started
     assert not list(tmp_path.glob("*.wav")) and not result.stdout.strip()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from omni_cli.commands.explain import STAGE_HELP
-from omni_cli.output import echo, fail_with
+from omni_cli.output import echo, fail, fail_with
 
 if TYPE_CHECKING:
     from omni_core.pipeline.topology import PipelineTopology
@@ -48,6 +48,8 @@ def chat(
     from omni_core.plugins import get_plugins
     from omni_core.tiny import has_random_weights
 
+    if voice is not None and audio_out is None:  # a voice for an answer nobody will hear is a mistake
+        raise fail(f"--voice {voice} picks the voice of the spoken answer: add --audio-out reply.wav", 2)
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     sampling = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed}
     try:
