@@ -149,3 +149,21 @@ def test_the_options_a_model_fixes_for_its_own_engine_do_not_reach_another(
         sys.path.remove(str(shout_site))
     assert mine.stage("tokens").engine_options == {"load_seconds": 0}
     assert (theirs.stage("tokens").engine_name, theirs.stage("tokens").engine_options) == ("shout", {})
+
+
+def test_the_kit_names_a_stage_engine_that_imports_torch_when_planned(
+    chat_site: Path, shout_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning imports a stage engine's class (its option_problems) in the orchestrator's
+    process. The fixture's engine subclasses the test pipeline's torch stage, so the kit's
+    import-light check, which imports it as planning does, names torch."""
+    import os
+
+    from omni_core.testing import check_import_light
+
+    for site in (chat_site, shout_site):
+        monkeypatch.syspath_prepend(str(site))
+    path = [str(shout_site), str(chat_site), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    problems = check_import_light("fixture-stage-engine")
+    assert any("as planning a pipeline does) imported" in p and "'torch'" in p for p in problems), problems

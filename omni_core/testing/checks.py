@@ -116,14 +116,29 @@ for entry in plugin_set.platforms:
             LazyRef(entry.spec.probe).resolve()()
         except Exception as exc:
             probe_errors.append(f"probe of {entry.name!r} raised {type(exc).__name__}: {exc}")
+# planning a pipeline imports a stage engine's class (its option_problems) and runs its probe,
+# in the orchestrator's process: the same here
+planned = []
+for entry in plugin_set.stage_engines:
+    if entry.provider.plugin == record.name:
+        try:
+            LazyRef(entry.spec.ref).resolve()
+            planned.append(entry.spec.ref.partition(":")[0])
+            for architecture in entry.spec.architectures if entry.spec.probe else ():
+                LazyRef(entry.spec.probe).resolve()(architecture)
+        except Exception as exc:
+            probe_errors.append(f"stage engine {entry.name!r}: importing it or its probe raised "
+                                f"{type(exc).__name__}: {exc}")
 print(json.dumps({"status": record.status.value, "reason": record.reason,
-                  "modules": sorted(sys.modules), "probe_errors": probe_errors}))
+                  "modules": sorted(sys.modules), "probe_errors": probe_errors, "planned": planned}))
 """
 
 
 def check_import_light(name: str) -> list[str]:
     """Discovery, registration and platform probes must import nothing heavy, and none of the
-    modules the plugin's references point at (they are imported only when used)."""
+    modules the plugin's references point at (they are imported only when used). A stage
+    engine's module is imported, and its probe run, as planning a pipeline does: that must not
+    import anything heavy either."""
     record, problems = _record(name)
     if record is None or record.manifest is None:
         return problems
@@ -139,11 +154,13 @@ def check_import_light(name: str) -> list[str]:
     heavy = sorted(m for m in HEAVY_MODULES if m in modules)
     if heavy:
         problems.append(
-            f"discovering and registering {name!r} (and running its probes) imported {heavy}; {HEAVY_IMPORT_FIX}"
+            f"discovering and registering {name!r} (and running its probes, and importing its stage engines "
+            f"as planning a pipeline does) imported {heavy}; {HEAVY_IMPORT_FIX}"
         )
     hook_module = record.module
     hook_parents = {hook_module.rsplit(".", i)[0] for i in range(hook_module.count(".") + 1)}
     probe_modules = {probe.partition(":")[0] for probe in _probes_of(record.manifest)}
+    probe_modules |= set(result["planned"])  # imported by planning, on purpose
     for declared in record.manifest.provides:
         module = declared.ref.partition(":")[0]
         if module in modules and module not in hook_parents and module not in probe_modules:
