@@ -155,7 +155,7 @@ def identify_model(
             return ServedModel(model_dir, "speech", entry.name, str(entry.provider), "speech", None, None)
     if not model_dir.is_dir():
         what = "is a file, not a directory" if model_dir.exists() else "does not exist"
-        names = sorted(installed_models(plugins)) if not model_dir.exists() else []
+        names = sorted(m.name for m in installed_models(plugins).values()) if not model_dir.exists() else []
         named = f", or name an installed model ({', '.join(names)})" if names else ""
         raise ModelNotServedError(
             f"model directory {str(model_dir)!r} {what}; point it at a checkpoint directory{named}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from omni_core.errors import OmniError
 
@@ -115,14 +115,23 @@ def _asked(adapter: str, hook: str, call: Any) -> Any:
         ) from exc
 
 
-def installed_models(plugins: PluginSet) -> dict[str, tuple[Path, str]]:
-    """Every installed model the active adapters know by a short name: casefolded name ->
-    (path, adapter). The first adapter in detection order keeps a name two adapters share."""
-    names: dict[str, tuple[Path, str]] = {}
+class InstalledModel(NamedTuple):
+    """A model an adapter knows by a short name (:meth:`TTSAdapter.installed_models`)."""
+
+    name: str
+    path: Path
+    adapter: str
+
+
+def installed_models(plugins: PluginSet) -> dict[str, InstalledModel]:
+    """Every installed model the active adapters know by a short name, by the name casefolded
+    (names compare case-insensitively). The first adapter in detection order keeps a name two
+    adapters share."""
+    names: dict[str, InstalledModel] = {}
     for adapter, cls in _adapter_classes(plugins):
         known = _asked(adapter, "installed_models", cls.installed_models)
         for name, path in known.items():
-            names.setdefault(str(name).casefold(), (Path(path), adapter))
+            names.setdefault(str(name).casefold(), InstalledModel(str(name), Path(path), adapter))
     return names
 
 
@@ -136,7 +145,7 @@ def claim_model(plugins: PluginSet, model: str | Path, model_stage: str | None =
         named = installed_models(plugins).get(str(model).casefold())
         if named is None:
             return None
-        path = named[0]
+        path = named.path
     elif path.is_dir() and (path / "config.json").is_file():
         return None
     for adapter, cls in _adapter_classes(plugins):
@@ -156,7 +165,7 @@ def locate_model(plugins: PluginSet, model: str | Path, model_stage: str | None 
     if not Path(model).expanduser().exists():
         names = installed_models(plugins)
         if names:
-            listed = ", ".join(f"{name} ({adapter})" for name, (_, adapter) in sorted(names.items()))
+            listed = ", ".join(f"{m.name} ({m.adapter})" for _, m in sorted(names.items()))
             raise TTSDetectionError(
                 f"model {str(model)!r} is neither a directory nor the name of an installed model (installed: "
                 f"{listed}); point --model at a checkpoint directory or name one of these"
