@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import tomllib
 import venv
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,9 +29,11 @@ RUNTIME_DEPS = (
     "pyyaml>=6",
     "typer>=0.12",
     "pytest>=8",
-    # the speech extra (omni-core[speech]) that TTS plugins, the tts template among them, install
-    "numpy>=1.24",
-    "soundfile>=0.12",
+    # the speech extra (omni-core[speech]) that TTS plugins, the tts template among them, install:
+    # read from pyproject.toml, so a dependency added there is in every test venv too
+    *tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"][
+        "speech"
+    ],
 )
 
 
