@@ -48,10 +48,24 @@ def test_identify_leaves_what_is_not_a_piper_voice(tmp_path: Path, joe_model: Pa
     assert PiperAdapter.identify(tmp_path / "config.json") is None
     lone = tmp_path / "lone.onnx"
     lone.symlink_to(joe_model)  # a model without its config
-    assert PiperAdapter.identify(lone) is None
     (tmp_path / "other.onnx").symlink_to(joe_model)
     (tmp_path / "other.onnx.json").write_text(json.dumps({"audio": {"sample_rate": 16000}}))  # not Piper's keys
+    # a directory with a config.json is a checkpoint's: left to the adapters that read config.json
     assert PiperAdapter.identify(tmp_path) is None
+
+
+def test_a_voice_named_that_cannot_be_served_says_what_to_fix(tmp_path: Path, joe_model: Path) -> None:
+    lone = tmp_path / "lone.onnx"
+    lone.symlink_to(joe_model)
+    with pytest.raises(
+        TTSDetectionError, match=r"lone\.onnx is not a usable Piper voice: its config lone\.onnx\.json is missing"
+    ):
+        PiperAdapter.identify(lone)
+    with pytest.raises(TTSDetectionError, match=r"its config lone\.onnx\.json is missing"):
+        PiperAdapter.identify(tmp_path)  # alone in a directory without config.json: the voice meant
+    (tmp_path / "lone.onnx.json").write_text(json.dumps({"audio": {"sample_rate": 16000}}))
+    with pytest.raises(TTSDetectionError, match="lacks num_symbols, num_speakers, phoneme_id_map"):
+        PiperAdapter.identify(tmp_path / "lone.onnx.json")
 
 
 def test_a_directory_of_two_voices_asks_which(tmp_path: Path, joe_model: Path) -> None:
