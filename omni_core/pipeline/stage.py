@@ -64,6 +64,19 @@ FinishReason = Literal["stop", "length"]
 FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 
 
+def finish_reason(returned: Any, stage: str) -> str:
+    """How an answer ended, from what the engine's ``run`` returned: nothing means ``"stop"``;
+    anything but a :data:`FinishReason` fails the request, naming the stage."""
+    if returned is None:
+        return "stop"
+    if returned not in FINISH_REASONS:
+        raise ModelRuntimeError(
+            f"stage {stage!r}: its engine's run returned {returned!r}; "
+            f"a run returns how the answer ended, one of {', '.join(FINISH_REASONS)}, or nothing"
+        )
+    return str(returned)
+
+
 class StageParams(dict[str, Any]):
     """One request's parameters for one stage: the dict the request sent the stage (what an
     engine reads, checks and refuses), plus what the request asked of the pipeline as a whole.
@@ -393,17 +406,10 @@ class StageLoop:
             close = getattr(run, "close", None)
             if close is not None:  # stopped early (cancelled, a failed put): the engine's finally runs now
                 close()
-        if finish is None:
-            finish = "stop"
-        if finish not in FINISH_REASONS:
-            reasons = ", ".join(FINISH_REASONS)
-            raise ModelRuntimeError(
-                f"stage {self.stage.name!r}: its engine's run returned {finish!r}; "
-                f"a run returns how the answer ended, one of {reasons}, or nothing"
-            )
+        finish = finish_reason(finish, self.stage.name)
         for edge in targets:
             self._send(request, edge, buffers[edge.target], last=True)
-        return str(finish)
+        return finish
 
     def _send(self, request: _Request, edge: Any, items: list[Any], *, last: bool) -> None:
         """Put one chunk on an edge (waiting for a credit: backpressure) and tell the orchestrator."""

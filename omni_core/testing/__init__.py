@@ -57,6 +57,7 @@ from omni_core.testing.checks import (
 )
 from omni_core.testing.fixtures import omni_isolated
 from omni_core.testing.install import install_plugin, plugin_site
+from omni_core.testing.stages import run_stage_engine
 from omni_core.testing.suite import PluginConformance
 
 __all__ = [
@@ -77,4 +78,5 @@ __all__ = [
     "plugin_site",
     "reference_attention",
     "reference_attention_varlen",
+    "run_stage_engine",
 ]

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from omni_core.testing import run_stage_engine
+
 
 def answer(engine: Any, request: Any, **params: Any) -> tuple[list[int], list[str]]:
     """One request through the engine as the stage loop drives it: each token, then its text."""
-    tokens: list[int] = []
-    pieces: list[str] = []
-    for token in engine.run(iter([request]), params):
-        tokens.append(token)
-        pieces.append(engine.for_output(token))
+    tokens, pieces, _ = run_stage_engine(engine, request, **params)
     return tokens, pieces
 
 
 def finish_of(engine: Any, request: Any, **params: Any) -> str:
     """How one answer ended: what ``run`` returned, read as the stage loop reads it."""
-    tokens = engine.run(iter([request]), params)
-    while True:
-        try:
-            engine.for_output(next(tokens))
-        except StopIteration as end:
-            return str(end.value)
+    return run_stage_engine(engine, request, **params)[2]

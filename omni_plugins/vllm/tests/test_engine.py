@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from omni_core.errors import ChatRequestError
+from omni_core.testing import run_stage_engine
 
 pytest.importorskip("vllm", reason="vLLM is not installed here (scripts/bootstrap-vllm.sh makes .venv-vllm)")
 
@@ -21,6 +22,10 @@ MESSAGES = [
 
 def run(engine: Any, request: Any, **params: Any) -> list[int]:
     return list(engine.run(iter([request]), params))
+
+
+def finish(engine: Any, request: Any, **params: Any) -> str:
+    return run_stage_engine(engine, request, **params)[2]
 
 
 def text_of(engine: Any, ids: list[int]) -> str:
@@ -90,21 +95,11 @@ def test_stop_string_ends_the_answer_before_it(vllm_engine: Any) -> None:
     assert text_of(vllm_engine, stopped) == text[:cut]
 
 
-def finish_of(engine: Any, request: Any, **params: Any) -> str:
-    """How one answer ended: what ``run`` returned (the stage loop reads it likewise)."""
-    tokens = engine.run(iter([request]), params)
-    while True:
-        try:
-            engine.for_output(next(tokens))
-        except StopIteration as end:
-            return str(end.value)
-
-
 def test_the_answer_says_how_it_ended(vllm_engine: Any) -> None:
-    assert finish_of(vllm_engine, PROMPT, max_tokens=5, ignore_eos=True) == "length"
+    assert finish(vllm_engine, PROMPT, max_tokens=5, ignore_eos=True) == "length"
     text = text_of(vllm_engine, run(vllm_engine, PROMPT, max_tokens=40, ignore_eos=True))
     start = next(i for i in range(8, len(text) - 3) if "\ufffd" not in text[i : i + 3] and text[i : i + 3].strip())
-    assert finish_of(vllm_engine, PROMPT, max_tokens=40, ignore_eos=True, stop=[text[start : start + 3]]) == "stop"
+    assert finish(vllm_engine, PROMPT, max_tokens=40, ignore_eos=True, stop=[text[start : start + 3]]) == "stop"
 
 
 def test_seeded_sampling_is_reproducible(vllm_engine: Any) -> None:
