@@ -11,8 +11,10 @@ Run with the repo's venv (it starts ``omni serve`` from the same ``bin/`` direct
 What it does, in one run:
 
 * makes the embedded defaults once (cached under ``.bench/serve/cache``, which git ignores)
-  and starts two real ``omni serve`` processes with no ``--model`` (so they serve
-  ``tiny-image`` and ``tiny-voice``), exactly as ``tests/serving.py`` starts them: one with
+  and starts two real ``omni serve`` processes with no ``--model`` and the piper plugin
+  disabled (so they serve ``tiny-image`` and the fallback voice ``tiny-voice``: the overhead is
+  the server's, measured against a model that costs little), exactly as ``tests/serving.py``
+  starts them: one with
   batching off (``--max-batch 1``), one with the defaults (``--max-batch 8 --batch-wait-ms 5``).
   The same two checkpoints are opened in this process with ``Omni(...)``, as an offline user
   would (the server's own options: ``progress=False``).
@@ -118,10 +120,13 @@ def speech_body(seed: int) -> dict[str, Any]:
 def start_servers(home: Path, cache: Path) -> dict[str, Any]:
     """Both servers, started at once and waited for (as tests/serving.py's start_server does)."""
     sys.path.insert(0, str(REPO / "tests"))
-    from serving import launch  # the tests' own launcher: `omni serve --port P ARGS` in a fresh env
+    from serving import launch, server_env  # the tests' own launcher: `omni serve --port P ARGS` in a fresh env
 
     flags = {"off": ["--max-batch", "1"], "on": ["--max-batch", "8", "--batch-wait-ms", "5"]}
-    servers = {mode: launch(args, home=home / mode, cache=cache) for mode, args in flags.items()}
+    servers = {
+        mode: launch(args, home=home / mode, env=server_env(home / mode, cache, OMNI_DISABLE_PLUGINS="piper"))
+        for mode, args in flags.items()
+    }
     deadline = time.monotonic() + 300
     for mode, server in servers.items():
         while not server.ready.wait(0.2):
@@ -595,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     plugins = get_plugins()
     image_dir = generate_cmd.embedded_default(plugins)  # made once; the servers find them made
-    voice_dir = speak_cmd.embedded_default(plugins)
+    voice_dir = speak_cmd.fallback_model(plugins)
     say(f"[setup] starting two omni serve processes (batching off / on) in {home}")
     servers = start_servers(home, cache / "cache")
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Piper through omni against piper-tts called directly: real-time factor, time to the first
-streamed chunk, and the start-up of ``omni speak`` with a Piper voice.
+streamed chunk, and the start-up of ``omni speak`` with a Piper voice (named, and as the
+default voice, without ``--model``).
 
 Run with the repo's venv (it needs omni-plugin-piper and an installed voice package)::
 
@@ -144,11 +145,17 @@ def main() -> int:
             subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=tmp)
 
         cmd_omni = [str(omni_bin), "speak", "Hello there.", "--model", str(model), "-o", out]
+        cmd_default = [str(omni_bin), "speak", "Hello there.", "-o", out]  # the default voice: found, then spoken
         cmd_direct = [sys.executable, "-c", DIRECT_SCRIPT, str(model), str(config_path), out, "Hello there.",
                       str(length_scale)]  # fmt: skip
         run(cmd_omni)  # warm the page cache and omni's plugin index
         startup = interleaved(
-            [("omni", lambda: run(cmd_omni)), ("direct", lambda: run(cmd_direct))], 2 * args.startup_rounds
+            [
+                ("omni", lambda: run(cmd_omni)),
+                ("default", lambda: run(cmd_default)),
+                ("direct", lambda: run(cmd_direct)),
+            ],
+            2 * args.startup_rounds,
         )
         with wave.open(out) as w:
             assert w.getframerate() == rate
@@ -160,7 +167,8 @@ def main() -> int:
         ("one sentence: piper-tts", med["direct"], med["direct"] / seconds_of_audio),
         ("first chunk: omni.stream_speech", ttfc_med["omni"], None),
         ("first chunk: piper-tts synthesize", ttfc_med["direct"], None),
-        ("start-up: omni speak", start_med["omni"], None),
+        ("start-up: omni speak --model FILE", start_med["omni"], None),
+        ("start-up: omni speak (default voice)", start_med["default"], None),
         ("start-up: python + piper-tts", start_med["direct"], None),
     ]
     say("")
@@ -174,8 +182,9 @@ def main() -> int:
     )
     say(f"first chunk: {100 * (ttfc_med['omni'] / ttfc_med['direct'] - 1):+.1f}% against piper-tts")
     say(
-        f"start-up: omni speak {start_med['omni']:.2f} s, python + piper-tts {start_med['direct']:.2f} s "
-        f"({start_med['omni'] / start_med['direct']:.2f}x)"
+        f"start-up: omni speak {start_med['omni']:.2f} s, with the default voice {start_med['default']:.2f} s, "
+        f"python + piper-tts {start_med['direct']:.2f} s ({start_med['omni'] / start_med['direct']:.2f}x, "
+        f"{start_med['default'] / start_med['direct']:.2f}x)"
     )
     say(f"same audio: {same}")
     report = {

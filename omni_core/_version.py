@@ -6,6 +6,11 @@ changes. Plugins declare the API range they support, never a core package versio
 
 What changed, by plugin API version (docs/authoring/index.md, "Plugin API versions", says the same):
 
+* **1.4** - TTS adapters gain three optional classmethods: ``identify`` (claim a model that
+  has no ``config.json``, e.g. a Piper voice file pair), ``installed_models`` (models
+  installed as packages, by short name) and ``ready_model`` (a real model offered as omni's
+  default voice). An adapter that relies on them declares ``omni_api = ">=1.4,<2"``.
+  Nothing else changed.
 * **1.3** - a new kind, ``stage_engine`` (``omni_register_stage_engines``, ``[[stage_engine]]``
   in the manifest): an engine that runs other plugins' pipeline stages (vLLM for autoregressive
   stages), chosen per stage by the stage's ``kind`` and ``architecture`` (new optional
@@ -34,4 +39,4 @@ __version__ = "0.1.0"
 
 #: The version of the plugin contract. Minor bumps add hooks or optional fields (old plugins
 #: keep working); a major bump breaks compatibility.
-PLUGIN_API_VERSION = "1.3"
+PLUGIN_API_VERSION = "1.4"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: what omni sees and chooses on this machine, then
-# an image and speech from tiny random-weight models omni creates locally (they check the
-# install; they draw noise and make sound, not pictures or a voice), then the same words in
-# a real voice: the Piper voice en_US-joe-medium that setup installs.
+# The main job on the embedded defaults: what omni sees and chooses on this machine, then an
+# image from a tiny random-weight model omni creates locally (it checks the install; it draws
+# noise, not pictures), then speech in the default voice: the Piper voice en_US-joe-medium
+# that setup installs (without it, omni falls back to a tiny random VITS, and says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OMNI=${VENV:-.venv}/bin/omni
@@ -15,6 +15,5 @@ set -x
 "$OMNI" explain attention
 "$OMNI" doctor
 "$OMNI" generate "a red fox in snow" --seed 0 --out "$OUT/fox.png"
-"$OMNI" speak "Hello from omni. This is the embedded default." --seed 0 --out "$OUT/hello.wav"
-"$OMNI" speak "Streaming, one sentence at a time. Here is the second." --seed 0 --stream --out "$OUT/stream.wav"
-"$OMNI" speak "Hello from omni. This voice is real." --model joe --out "$OUT/joe.wav"
+"$OMNI" speak "Hello from omni. This is the default voice." --out "$OUT/hello.wav"
+"$OMNI" speak "Streaming, one sentence at a time. Here is the second." --stream --out "$OUT/stream.wav"

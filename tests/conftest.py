@@ -127,8 +127,11 @@ def video_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def default_server(tmp_path_factory: pytest.TempPathFactory, serve_cache: Path) -> Iterator[ServerProcess]:
-    """The embedded defaults (tiny-image, tiny-voice), as `omni serve` with no --model serves them."""
-    proc = start_server([], home=tmp_path_factory.mktemp("serve-home"), cache=serve_cache)
+    """`omni serve` with no --model where no real voice is installed (the piper plugin disabled):
+    the embedded tiny-image and the fallback voice, tiny-voice. Cheap models, for the server's
+    mechanics; test_serve.py serves the installed real default voice in a server of its own."""
+    home = tmp_path_factory.mktemp("serve-home")
+    proc = start_server([], home=home, env=server_env(home, serve_cache, OMNI_DISABLE_PLUGINS="piper"))
     yield proc
     proc.kill()
 

@@ -422,7 +422,8 @@ class Session:
         return self.sites[names]
 
     def embedded_default(self, kind: str) -> Path:
-        """The cache of a process that has made the embedded default for ``speak`` or ``generate``."""
+        """The cache of a process that has made the embedded default for ``speak`` or ``generate``
+        (for ``speak``, only the fallback voice is made: an installed real voice is not)."""
         if kind not in self.defaults:
             home = self.root / f"default-{kind}"
             (home / "home").mkdir(parents=True)
@@ -482,7 +483,8 @@ def _setup(block: Block, tmp: Path, session: Session, env: dict[str, str]) -> No
             if "--model" not in args and "-m" not in args:
                 kinds |= {"speak", "generate"}
         for kind in sorted(kinds):
-            for made in session.embedded_default(kind).iterdir():
+            made_by = session.embedded_default(kind)  # none when a real default voice needed nothing made
+            for made in made_by.iterdir() if made_by.is_dir() else ():
                 if made.is_dir() and not (tmp / "omni-doc-cache" / "tiny" / made.name).exists():
                     copy_tree(made, tmp / "omni-doc-cache" / "tiny" / made.name)
     for command in filter(None, (c.strip() for c in block.markers.get("setup", "").split(";"))):

@@ -84,7 +84,7 @@ VENDOR_NAMES = ("cuda", "rocm", "hip", "npu", "xpu", "nvidia", "amd", "ascend", 
 #: model families and model makers' names
 MODEL_NAMES = (
     "flux", "vits", "wan", "sana", "qwen", "bark", "speecht5", "hunyuan", "ltx", "sd3", "z-image", "zimage",
-    "stable-diffusion", "whisper", "llama", "t5",
+    "stable-diffusion", "whisper", "llama", "t5", "piper",
 )  # fmt: skip
 _NAME = re.compile(r"(?<![a-z0-9])(" + "|".join(re.escape(w) for w in VENDOR_NAMES + MODEL_NAMES) + r")(?![a-z])", re.I)
 
@@ -95,10 +95,12 @@ ALLOWED_NAMES = {
     # the point (the conformance kit and `omni doctor` check it), nothing dispatches on it
     ("omni_core/plugins.py", "npu"): "HEAVY_MODULES: torch_npu",
     ("omni_core/plugins.py", "intel"): "HEAVY_MODULES: intel_extension_for_pytorch",
-    # the embedded defaults: `omni generate` / `omni speak` without --model use one family each,
-    # and the messages say which plugin to install when it is missing
+    # the embedded defaults: `omni generate` / `omni speak` without --model use one family each
+    # (speak: the fallback when no adapter offers a real voice), and the messages say which
+    # plugin to install when it is missing
     ("cli/omni_cli/commands/generate.py", "flux"): "DEFAULT_IMAGE_FAMILY and its install hint",
-    ("cli/omni_cli/commands/speak.py", "vits"): "DEFAULT_TTS_FAMILY",
+    ("cli/omni_cli/commands/speak.py", "vits"): "FALLBACK_TTS_FAMILY",
+    ("cli/omni_cli/commands/speak.py", "piper"): "REAL_VOICE_HINT: which plugin to install for a real voice",
     ("cli/omni_cli/commands/models.py", "vits"): "the install hint when no family can make a tiny checkpoint",
 }
 

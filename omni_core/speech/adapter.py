@@ -68,6 +68,22 @@ class ModelClaim:
     reason: str
 
 
+@dataclass(frozen=True)
+class ReadyModel:
+    """A real model (trained weights, on disk) an adapter offers as omni's default voice: what
+    ``omni speak`` and ``omni serve`` use when given no ``--model``
+    (:meth:`TTSAdapter.ready_model`)."""
+
+    #: its short name: what ``omni serve`` serves it as, one :meth:`TTSAdapter.installed_models` knows
+    name: str
+    #: a path the adapter's detection claims (:meth:`TTSAdapter.identify`, or a checkpoint directory)
+    path: Path
+    #: one line saying what it is, for the note that says which voice spoke
+    summary: str
+    #: lower is preferred when several adapters offer one (ties: the adapter's name)
+    preference: int = 100
+
+
 class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
     """One TTS family: which models it serves, how requests are shaped, how audio is made.
 
@@ -107,11 +123,11 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
         on-disk layout (for tests and the embedded default). Optional."""
         raise NotImplementedError(f"{cls.name} has no tiny-checkpoint maker")
 
-    # The two classmethods below are optional (plugin API 1.1 adapters without them keep
-    # working): they let an adapter serve models that have no ``config.json`` and address
-    # installed models by name. Detection
-    # calls them on the registered adapters in (detect_priority, name) order; keep them cheap
-    # and free of heavy imports, as every installed adapter's are asked.
+    # The three classmethods below are optional (plugin API 1.4; adapters without them keep
+    # working): they let an adapter serve models that have no ``config.json``, address
+    # installed models by name, and offer one as the default voice. Detection calls them on
+    # the registered adapters in (detect_priority, name) order; keep them cheap and free of
+    # heavy imports, as every installed adapter's are asked.
 
     @classmethod
     def identify(cls, path: Path) -> ModelClaim | None:
@@ -127,6 +143,15 @@ class TTSAdapter(DeclaredIdentity, abc.ABC, identity_of=Kind.TTS_ADAPTER):
         to a path :meth:`identify` claims, e.g. voices installed as Python packages. Names
         compare case-insensitively; an existing path of the same name wins over a name."""
         return {}
+
+    @classmethod
+    def ready_model(cls) -> ReadyModel | None:
+        """A real installed model this adapter offers as omni's default voice, or None (the
+        default). Without ``--model``, ``omni speak`` and ``omni serve`` speak with the offered
+        model of lowest :attr:`~ReadyModel.preference`; when no adapter offers one, they fall
+        back to a tiny random-weight checkpoint and say so. Cheap, like :meth:`installed_models`:
+        it is asked of every active adapter whenever no model is named."""
+        return None
 
     @abc.abstractmethod
     def capabilities(self) -> TTSCapabilities:

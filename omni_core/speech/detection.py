@@ -5,7 +5,9 @@ A model is a checkpoint directory with a ``config.json``, or, through the adapte
 hooks (:meth:`~omni_core.speech.adapter.TTSAdapter.identify`,
 :meth:`~omni_core.speech.adapter.TTSAdapter.installed_models`), a file or directory an adapter
 claims from its own files, or the short name of an installed model: :func:`locate_model`
-turns any of them into a :class:`ModelIdentity`."""
+turns any of them into a :class:`ModelIdentity`. :func:`ready_models` lists the real models
+adapters offer as the default voice
+(:meth:`~omni_core.speech.adapter.TTSAdapter.ready_model`)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from omni_core.selection import Explanation, Outcome
 if TYPE_CHECKING:
     from omni_core.plugins import PluginSet
     from omni_core.registry import Registered, TTSAdapterSpec
-    from omni_core.speech.adapter import ModelClaim, TTSAdapter
+    from omni_core.speech.adapter import ModelClaim, ReadyModel, TTSAdapter
 
 
 @dataclass(frozen=True)
@@ -38,13 +40,19 @@ class ModelIdentity:
     config: dict[str, Any] = field(default_factory=dict, compare=False)
     #: for a model without ``config.json``: the adapter that claimed it and why
     claim: str | None = None
+    #: what to call it in messages: the name or file it was given as (default: the directory's name)
+    label: str | None = field(default=None, compare=False)
+
+    @property
+    def shown_name(self) -> str:
+        return self.label or self.model_dir.name
 
     @property
     def arch(self) -> str | None:
         return self.architectures[0] if self.architectures else None
 
     @classmethod
-    def from_claim(cls, claim: ModelClaim, model_stage: str | None, by: str) -> ModelIdentity:
+    def from_claim(cls, claim: ModelClaim, model_stage: str | None, by: str, label: str | None = None) -> ModelIdentity:
         """The identity of a model an adapter claimed (:meth:`TTSAdapter.identify`)."""
         config = dict(claim.config)
         archs = config.get("architectures") or ()
@@ -56,6 +64,7 @@ class ModelIdentity:
             model_stage,
             config,
             f"{by}: {claim.reason}",
+            label,
         )
 
     @classmethod
@@ -135,23 +144,43 @@ def installed_models(plugins: PluginSet) -> dict[str, InstalledModel]:
     return names
 
 
+class OfferedModel(NamedTuple):
+    """A real model an adapter offers as the default voice (:meth:`TTSAdapter.ready_model`)."""
+
+    model: ReadyModel
+    adapter: str
+
+
+def ready_models(plugins: PluginSet) -> list[OfferedModel]:
+    """What the active adapters offer as the default voice, best first: by the offer's
+    ``preference``, then the adapter's name. Empty when none offers one (the caller falls
+    back to a tiny random checkpoint, and says so)."""
+    offers = []
+    for adapter, cls in _adapter_classes(plugins):
+        offered = _asked(adapter, "ready_model", cls.ready_model)
+        if offered is not None:
+            offers.append(OfferedModel(offered, adapter))
+    return sorted(offers, key=lambda o: (o.model.preference, o.adapter))
+
+
 def claim_model(plugins: PluginSet, model: str | Path, model_stage: str | None = None) -> ModelIdentity | None:
     """The identity of a model only an adapter can recognise: the short name of an installed
     model, or a file or a directory without ``config.json`` that an adapter's
     :meth:`~omni_core.speech.adapter.TTSAdapter.identify` claims. None for anything else (a
     checkpoint directory with its ``config.json``, a path nothing claims)."""
     path = Path(model).expanduser()
+    label = path.name
     if not path.exists():
         named = installed_models(plugins).get(str(model).casefold())
         if named is None:
             return None
-        path = named.path
+        path, label = named.path, named.name
     elif path.is_dir() and (path / "config.json").is_file():
         return None
     for adapter, cls in _adapter_classes(plugins):
         claim = _asked(adapter, "identify", lambda c=cls: c.identify(path))
         if claim is not None:
-            return ModelIdentity.from_claim(claim, model_stage, adapter)
+            return ModelIdentity.from_claim(claim, model_stage, adapter, label)
     return None
 
 
@@ -181,7 +210,7 @@ def explain_tts(
     what = f"arch={identity.arch or '-'}, model_type={identity.model_type or '-'}, stage={identity.model_stage or '-'}"
     if identity.claim:  # no config.json: say whose reading of the files gave these
         what += f"; identified by {identity.claim}"
-    explanation = Explanation(f"tts adapter for {identity.model_dir.name} ({what})")
+    explanation = Explanation(f"tts adapter for {identity.shown_name} ({what})")
     registry = plugins.tts_adapters
     if adapter:
         entry = registry.get(adapter)  # raises, naming the installed adapters

@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from omni_core.config import Settings
@@ -301,6 +302,42 @@ def _check_tts_adapter(entry: Registered[Any], obj: Any) -> list[str]:
     # name, stage_keys, model_archs, detect_priority: checked and set first (_with_identity)
     if obj.backend not in ("ar", "non_ar"):
         problems.append(f"{label}: backend must be 'ar' or 'non_ar', not {obj.backend!r}")
+    return problems + _check_offered_models(label, obj)
+
+
+def _check_offered_models(label: str, cls: Any) -> list[str]:
+    """The optional detection hooks answer in their types, and what they offer can be found:
+    each installed model's path is claimed by the adapter's own ``identify`` (or is a
+    checkpoint directory), and the offered default voice is one of the installed models."""
+    from omni_core.speech.adapter import ModelClaim, ReadyModel
+
+    problems = []
+    try:
+        installed = cls.installed_models()
+        offered = cls.ready_model()
+    except Exception as exc:
+        return [f"{label}: installed_models() or ready_model() raised {type(exc).__name__}: {exc}"]
+    if not isinstance(installed, Mapping):
+        return [f"{label}: installed_models() returned {type(installed).__name__}, not a mapping of name to path"]
+    for name, path in installed.items():
+        if Path(path).is_dir() and (Path(path) / "config.json").is_file():
+            continue
+        try:
+            claim = cls.identify(Path(path))
+        except Exception as exc:
+            problems.append(f"{label}: identify() raised on its installed model {name!r} ({path}): {exc}")
+            continue
+        if not isinstance(claim, ModelClaim):
+            problems.append(f"{label}: identify() does not claim its installed model {name!r} ({path})")
+    if offered is not None:
+        names = {str(n).casefold() for n in installed}
+        if not isinstance(offered, ReadyModel):
+            problems.append(f"{label}: ready_model() returned {type(offered).__name__}, not a ReadyModel or None")
+        elif offered.name.casefold() not in names:
+            problems.append(
+                f"{label}: ready_model() offers {offered.name!r}, which installed_models() does not list; "
+                "offer one of the installed models, by a name --model finds"
+            )
     return problems
 
 

@@ -166,18 +166,67 @@ def _size(directory: Path) -> str:
     return f"{total / 1e6:.1f} MB" if total >= 1e5 else f"{total / 1e3:.1f} kB"
 
 
+def installed_rows(plugins: Any) -> list[dict[str, Any]]:
+    """The installed models adapters know by name, one row per model (its names together), the
+    default voice first (:meth:`~omni_core.speech.adapter.TTSAdapter.ready_model`)."""
+    from omni_core.speech.detection import installed_models, ready_models
+
+    offers = ready_models(plugins)
+    default = offers[0].model.path if offers else None
+    by_path: dict[Path, dict[str, Any]] = {}
+    for model in installed_models(plugins).values():
+        row = by_path.setdefault(
+            model.path, {"name": None, "aliases": [], "adapter": model.adapter, "path": str(model.path)}
+        )
+        row["aliases"].append(model.name)
+    for offer in offers:
+        if offer.model.path in by_path:
+            by_path[offer.model.path]["name"] = offer.model.name
+    rows = []
+    for path, row in by_path.items():
+        names = sorted(row["aliases"], key=len)
+        row["name"] = row["name"] or names[0]
+        row["aliases"] = [n for n in names if n != row["name"]]
+        row["default"] = path == default
+        rows.append(row)
+    return sorted(rows, key=lambda r: (not r["default"], r["name"].casefold()))
+
+
 @app.command("list")
 def list_models(
     show_all: bool = typer.Option(False, "--all", help="Include families without a tiny-checkpoint maker."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Families that can make tiny checkpoints (`omni models make-tiny`)."""
+    """Families that can make tiny checkpoints (`omni models make-tiny`), and the installed models
+    --model may name (voices installed as packages), the default voice first."""
+    from omni_core.errors import OmniError
     from omni_core.plugins import get_plugins
 
-    rows = [r for r in families(get_plugins()) if show_all or r["make_tiny"]]
+    plugins = get_plugins()
+    rows = [r for r in families(plugins) if show_all or r["make_tiny"]]
+    try:
+        installed = installed_rows(plugins)
+    except OmniError as exc:  # a plugin's detection hook failed: named, with what to do
+        raise fail_with(exc) from None
     if as_json:
-        emit_json({"families": rows})
+        emit_json({"families": rows, "installed": installed})
         return
+    if installed:
+        typer.echo(
+            table(
+                ("installed model", "also called", "adapter", "path"),
+                [
+                    (
+                        r["name"] + ("  (default voice)" if r["default"] else ""),
+                        ", ".join(r["aliases"]) or "-",
+                        r["adapter"],
+                        r["path"],
+                    )
+                    for r in installed
+                ],
+            )
+        )
+        typer.echo("")
     if not rows:
         typer.echo("no installed family can make a tiny checkpoint (install a family plugin, e.g. omni-plugin-vits)")
         return

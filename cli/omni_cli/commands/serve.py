@@ -1,8 +1,9 @@
 """``omni serve``: the models omni runs, behind an OpenAI-compatible HTTP API.
 
-Without ``--model`` it serves the embedded defaults: the tiny image model (``tiny-image``)
-and the tiny voice (``tiny-voice``), made on first use like ``omni generate`` and ``omni
-speak`` make them. The server itself is :mod:`omni_core.server`.
+Without ``--model`` it serves the embedded defaults: the tiny image model (``tiny-image``),
+made on first use as ``omni generate`` makes it, and the default voice ``omni speak`` uses
+(the installed real voice under its own name, e.g. ``joe``; else the random fallback,
+``tiny-voice``). The server itself is :mod:`omni_core.server`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import typer
 
 from omni_cli.output import echo, fail
 
-#: the names the embedded defaults are served under
+#: the name the embedded image model is served under (the voice: :func:`speak.choose_default`)
 DEFAULT_IMAGE_NAME = "tiny-image"
-DEFAULT_VOICE_NAME = "tiny-voice"
 
 
 def serve(
@@ -26,7 +26,7 @@ def serve(
         "-m",
         metavar="[NAME=]DIR",
         help="A checkpoint directory to serve, as DIR or NAME=DIR (NAME: what clients call it; "
-        "default: the directory's name). Repeatable. Default: the embedded tiny image model and voice.",
+        "default: the directory's name). Repeatable. Default: the embedded tiny image model and the default voice.",
     ),
     recipe: list[str] = typer.Option(
         [],
@@ -205,7 +205,9 @@ def _embedded_defaults() -> list[dict[str, Any]]:
     plugins = get_plugins()
     # the embedded image model draws at the size `omni generate` uses for it unless asked otherwise
     size = {"width": generate.DEFAULT_IMAGE_SIZE, "height": generate.DEFAULT_IMAGE_SIZE}
+    voice = speak.choose_default(plugins)
+    echo(f"omni serve: {voice.name} is {voice.note}")
     return [
         {"name": DEFAULT_IMAGE_NAME, "path": generate.embedded_default(plugins), "recipe": Recipe(generation=size)},
-        {"name": DEFAULT_VOICE_NAME, "path": speak.embedded_default(plugins)},
+        {"name": voice.name, "path": voice.path},
     ]

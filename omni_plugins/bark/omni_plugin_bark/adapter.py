@@ -288,6 +288,8 @@ class BarkAdapter(TTSAdapter):
         voice = prepared.prompt.get("voice")
         sampling = dict(prepared.sampling)
         left: int | None = sampling.pop("max_frames", None)
+        # how many sentences were spoken, for usage(): those cut by the budget read no input
+        prepared.tts_params["spoken_segments"] = 0
         for text in self.ctx.segments(seed, prepared.prompt["segments"]):
             if left is not None:
                 semantic = min(int(sampling["semantic_max_new_tokens"]), self._semantic_tokens_within(left))
@@ -298,6 +300,7 @@ class BarkAdapter(TTSAdapter):
             audio = self._segment_audio(text, voice, sampling)
             if left is not None:
                 left -= audio.frames // self._hop()
+            prepared.tts_params["spoken_segments"] += 1
             yield audio
 
     def generate(self, prepared: PreparedRequest, seed: int) -> Audio:
@@ -310,8 +313,10 @@ class BarkAdapter(TTSAdapter):
 
     def usage(self, prepared: PreparedRequest, audio: Audio) -> dict[str, int]:
         # the codec decodes every frame to exactly hop samples, so the frames follow from the length;
-        # the unit max_new_tokens budgets
+        # the unit max_new_tokens budgets. Sentences the budget cut were never read by the model.
+        segments = prepared.prompt["segments"]
+        spoken = segments[: prepared.tts_params.get("spoken_segments", len(segments))]
         return token_usage(
-            input_text_tokens=sum(self.count_tokens(text) for text in prepared.prompt["segments"]),
+            input_text_tokens=sum(self.count_tokens(text) for text in spoken),
             output_tokens=audio.frames // self._hop(),
         )

@@ -9,6 +9,8 @@ What it serves:
   ``config.json``: :meth:`PiperAdapter.identify` recognises it from its JSON config.
 * **Voices.** A multi-speaker voice offers the names of its ``speaker_id_map`` (default: the
   config's ``default_speaker_id``); a single-speaker voice has none.
+* **The default voice.** The first installed voice package (by distribution name) is offered
+  as omni's default voice (:meth:`PiperAdapter.ready_model`), under its dataset's name.
 * **Speed.** Native: ``speed`` divides the voice's ``length_scale`` (phoneme durations), so
   speech is faster or slower without time-stretching, and streams.
 * **Streaming.** Sentence by sentence, as Piper splits them (espeak-ng's clause boundaries):
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from omni_core.errors import ModelLoadError
-from omni_core.speech.adapter import AdapterContext, ModelClaim, TTSAdapter, loading
+from omni_core.speech.adapter import AdapterContext, ModelClaim, ReadyModel, TTSAdapter, loading
 from omni_core.speech.audio import Audio
 from omni_core.speech.request import PreparedRequest, SpeechRequest, SpeechRequestError, TTSCapabilities
 from omni_plugin_piper.voices import VoiceFiles, find_voice, installed_voices, read_voice_config
@@ -106,6 +108,16 @@ class PiperAdapter(TTSAdapter):
     @classmethod
     def installed_models(cls) -> Mapping[str, Path]:
         return {name: voice.files.model for voice in installed_voices() for name in voice.names}
+
+    @classmethod
+    def ready_model(cls) -> ReadyModel | None:
+        """The first installed voice package (by distribution name), as the default voice."""
+        voices = installed_voices()
+        if not voices:
+            return None
+        voice = voices[0]
+        summary = f"Piper voice {voice.files.name} ({voice.distribution} {voice.version}, {voice.files.sample_rate} Hz)"
+        return ReadyModel(voice.short_name, voice.files.model, summary)
 
     # ------------------------------------------------------------------ the voice
 

