@@ -6,10 +6,14 @@ changes. Plugins declare the API range they support, never a core package versio
 
 What changed, by plugin API version (docs/authoring/index.md, "Plugin API versions", says the same):
 
-* **1.4** - TTS adapters gain three optional classmethods: ``identify`` (claim a model that
+* **1.4** - a new kind, ``cache_backend`` (``omni_register_cache_backends``,
+  ``[[cache_backend]]`` in the manifest, :mod:`omni_core.cache`): diffusion step caching, one
+  backend per model, checked against the family's declaration for it before any hook. TTS
+  adapters gain three optional classmethods: ``identify`` (claim a model that
   has no ``config.json``, e.g. a Piper voice file pair), ``installed_models`` (models
   installed as packages, by short name) and ``ready_model`` (a real model offered as omni's
-  default voice). An adapter that relies on them declares ``omni_api = ">=1.4,<2"``.
+  default voice). A plugin that declares a cache backend, or an adapter that relies on the
+  classmethods, declares ``omni_api = ">=1.4,<2"``.
   Nothing else changed.
 * **1.3** - a new kind, ``stage_engine`` (``omni_register_stage_engines``, ``[[stage_engine]]``
   in the manifest): an engine that runs other plugins' pipeline stages (vLLM for autoregressive

@@ -60,6 +60,8 @@ _GENERATION_OPTIONS = frozenset(
         "attention_backend",
         "offload",
         "offload_options",
+        "cache",
+        "cache_config",
         "dtype",
         "progress",
     }
@@ -253,7 +255,8 @@ class Omni:
       checkpoint's own), ``recipe`` (a path or :class:`~omni_core.generation.recipe.Recipe`),
       ``attention`` (an :class:`~omni_core.attention.config.AttentionConfig`, dict or JSON),
       ``attention_backend`` (shorthand for its default), ``offload`` (a strategy name) and
-      ``offload_options``, ``dtype``, ``progress``, ``plugins``, ``platform``. Each beats the
+      ``offload_options``, ``cache`` (a cache backend's name, :mod:`omni_core.cache`) and
+      ``cache_config`` (its options), ``dtype``, ``progress``, ``plugins``, ``platform``. Each beats the
       recipe's setting, which beats the environment (``OMNI_ATTENTION_BACKEND``), which beats
       the defaults: the same order as the command line (``EngineOptions.build`` decides both);
     * multi-stage: ``plugins``, ``model_class_name``, ``recipe``, ``stages`` (per-stage
@@ -559,6 +562,9 @@ def _open_family(
     """Build the engine options (explicit options > recipe > environment) and open the family."""
     from omni_core.generation.model import EngineOptions
 
-    options = EngineOptions.build(resolution, plugins, recipe, kwargs)
+    given = dict(kwargs)
+    if "cache" in given:  # the public name of EngineOptions.cache_backend
+        given["cache_backend"] = given.pop("cache")
+    options = EngineOptions.build(resolution, plugins, recipe, given)
     engine: GenerationEngine = resolution.entry.load().open(model_dir, options)
     return engine

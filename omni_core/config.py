@@ -22,6 +22,8 @@ Environment (each overrides the config file):
                                 absent hardware is an error that quotes the probe)
 ``OMNI_ATTENTION_BACKEND=NAME``  attention backend for every role, below ``--attention-backend``
                                 / ``Omni(attention_backend=)`` and a recipe's attention
+``OMNI_CACHE_BACKEND=NAME``     cache backend of every image and video model, below
+                                ``--cache-backend`` / ``Omni(cache=)`` and a recipe's cache
 ``OMNI_PROBE_TIMEOUT=5``        seconds each platform probe may take before it is recorded
                                 as failed (default 5)
 ``OMNI_CONFIG_DIR``             where ``config.toml`` lives (default ``~/.config/omni``)
@@ -301,11 +303,16 @@ class EngineSettings:
 
     #: ``OMNI_ATTENTION_BACKEND``: the attention backend of every role none of the above chose
     attention_backend: str | None = None
+    #: ``OMNI_CACHE_BACKEND``: the cache backend of every image and video model none of the above chose
+    cache_backend: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
         env = os.environ if environ is None else environ
-        return cls(attention_backend=(env.get("OMNI_ATTENTION_BACKEND") or "").strip() or None)
+        return cls(
+            attention_backend=(env.get("OMNI_ATTENTION_BACKEND") or "").strip() or None,
+            cache_backend=(env.get("OMNI_CACHE_BACKEND") or "").strip() or None,
+        )
 
 
 @dataclass(frozen=True)

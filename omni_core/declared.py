@@ -27,6 +27,7 @@ from omni_core.hookspecs import hookimpl
 
 __all__ = [
     "omni_register_attention_backends",
+    "omni_register_cache_backends",
     "omni_register_commands",
     "omni_register_connectors",
     "omni_register_executors",
@@ -83,6 +84,11 @@ def omni_register_executors(registry: Any) -> None:
 
 @_declared
 def omni_register_stage_engines(registry: Any) -> None:
+    registry.register_declared()
+
+
+@_declared
+def omni_register_cache_backends(registry: Any) -> None:
     registry.register_declared()
 
 

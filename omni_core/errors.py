@@ -372,6 +372,13 @@ class OffloadConfigError(OmniError, ValueError):
     http_status = 400
 
 
+class CacheConfigError(OmniError, ValueError):
+    """A cache backend request that cannot be served: an unknown backend, bad options, a family
+    that declares nothing for it, a combination it declares incompatible."""
+
+    http_status = 400
+
+
 class PluginCommandError(OmniError, RuntimeError):
     """A plugin command failed in a way that is the plugin's fault (a ``ref`` that is not a
     command): exit 1, the plugin named, with how to disable it."""

@@ -50,7 +50,8 @@ Rules that hold for every ``omni_register_*`` hook:
   :class:`omni_core.speech.adapter.TTSAdapter`; offloader: :class:`omni_core.offload.Offloader`;
   connector: :class:`omni_core.pipeline.connector.Connector`; executor:
   :class:`omni_core.pipeline.executor.StageExecutor`; stage engine:
-  :class:`omni_core.pipeline.stage.StageEngine`; command: a Typer app or a function.
+  :class:`omni_core.pipeline.stage.StageEngine`; cache backend:
+  :class:`omni_core.cache.CacheBackend`; command: a Typer app or a function.
 * **Failure:** an exception skips this plugin (status ``hook-failed``) and everything else
   keeps working; with ``OMNI_STRICT_PLUGINS=1`` it is an error. ``sys.exit()`` and a
   ``KeyboardInterrupt`` the plugin raises itself count as failures too (only the user's own
@@ -70,6 +71,7 @@ import pluggy
 if TYPE_CHECKING:  # the registrars import pydantic; this module stays import-light
     from omni_core.registry import (
         AttentionBackendRegistrar,
+        CacheBackendRegistrar,
         CommandRegistrar,
         ConnectorRegistrar,
         ExecutorRegistrar,
@@ -200,6 +202,22 @@ def omni_register_stage_engines(registry: StageEngineRegistrar) -> None:
 
 
 @hookspec
+def omni_register_cache_backends(registry: CacheBackendRegistrar) -> None:
+    """Register diffusion step-caching methods (TeaCache, Cache-DiT, ...). Plugin API 1.4.
+
+    ``ref`` is an :class:`omni_core.cache.CacheBackend` subclass. The contract for the runtime
+    that applies them: at most one is active per model, chosen when the model is opened
+    (``--cache-backend``, a recipe's ``cache``); ``incompatible_with`` lists the features it
+    cannot be combined with (``offload:<name>``, ``attention:<BACKEND>``, ``family:<name>``),
+    and the family must declare settings for it (``cache`` of the family, by backend name).
+    Both are checked, with the backend's ``option_problems`` and ``declaration_problems``,
+    before any hook is installed. The runtime calls ``enable`` once after loading,
+    ``refresh(steps, quality)`` before each request, ``report`` after it, and ``disable``
+    to restore the model exactly.
+    """
+
+
+@hookspec
 def omni_register_commands(registry: CommandRegistrar) -> None:
     """Register ``omni`` CLI commands.
 
@@ -231,5 +249,6 @@ REGISTRATION_HOOKS = (
     "omni_register_offloaders",
     "omni_register_executors",
     "omni_register_stage_engines",
+    "omni_register_cache_backends",
     "omni_register_commands",
 )

@@ -42,6 +42,7 @@ IDENTITY: dict[Kind, tuple[tuple[str, Callable[[Any], Any]], ...]] = {
     Kind.OFFLOADER: (("name", str),),
     Kind.CONNECTOR: (("name", str),),
     Kind.EXECUTOR: (("name", str),),
+    Kind.CACHE_BACKEND: (("name", str),),
 }
 
 #: set in a class's own ``__dict__``: the attributes the core filled in (never stated by its author)

@@ -16,6 +16,7 @@ class Kind(enum.StrEnum):
     OFFLOADER = "offloader"
     EXECUTOR = "executor"
     STAGE_ENGINE = "stage_engine"
+    CACHE_BACKEND = "cache_backend"
     COMMAND = "command"
 
     def __str__(self) -> str:

@@ -35,6 +35,7 @@ from omni_core.registry import (
     REGISTRAR_TYPES,
     SPEC_TYPES,
     AttentionBackendSpec,
+    CacheBackendSpec,
     CommandSpec,
     ConnectorSpec,
     ExecutorSpec,
@@ -134,6 +135,10 @@ class PluginSet:
     @property
     def stage_engines(self) -> Registry[StageEngineSpec]:
         return self.registries[Kind.STAGE_ENGINE]
+
+    @property
+    def cache_backends(self) -> Registry[CacheBackendSpec]:
+        return self.registries[Kind.CACHE_BACKEND]
 
     @property
     def commands(self) -> Registry[CommandSpec]:

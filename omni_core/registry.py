@@ -112,6 +112,16 @@ class OffloaderSpec(ExtensionSpec):
     incompatible_with: tuple[str, ...] = ()
 
 
+class CacheBackendSpec(ExtensionSpec):
+    """A diffusion step-caching method: ``ref`` is an :class:`omni_core.cache.CacheBackend`
+    subclass. A family declares, per backend name, what the backend needs of it."""
+
+    kind: ClassVar[Kind] = Kind.CACHE_BACKEND
+    #: features it cannot be combined with (``offload:<name>``, ``attention:<BACKEND>``,
+    #: ``family:<name>``, ``platform:<name>``), checked before any hook is installed
+    incompatible_with: tuple[str, ...] = ()
+
+
 class ExecutorSpec(ExtensionSpec):
     """Where a pipeline stage can run besides omni's own ``process`` and ``inprocess``
     (a Ray actor, ...): ``ref`` is an :class:`omni_core.pipeline.executor.StageExecutor` subclass."""
@@ -159,6 +169,7 @@ SPEC_TYPES: dict[Kind, type[ExtensionSpec]] = {
         OffloaderSpec,
         ExecutorSpec,
         StageEngineSpec,
+        CacheBackendSpec,
         CommandSpec,
     )
 }
@@ -336,6 +347,15 @@ class StageEngineRegistrar(Registrar[StageEngineSpec]):
         )
 
 
+class CacheBackendRegistrar(Registrar[CacheBackendSpec]):
+    spec_type = CacheBackendSpec
+
+    def register(
+        self, name: str, ref: str, *, incompatible_with: tuple[str, ...] = (), priority: int = 0
+    ) -> CacheBackendSpec:
+        return self._add(name=name, ref=ref, incompatible_with=tuple(incompatible_with), priority=priority)
+
+
 class CommandRegistrar(Registrar[CommandSpec]):
     spec_type = CommandSpec
 
@@ -354,6 +374,7 @@ REGISTRAR_TYPES: dict[Kind, type[Registrar[Any]]] = {
         OffloaderRegistrar,
         ExecutorRegistrar,
         StageEngineRegistrar,
+        CacheBackendRegistrar,
         CommandRegistrar,
     )
 }

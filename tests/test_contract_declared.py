@@ -233,12 +233,12 @@ def test_in_repo_plugins_declare_once(package: Path):
         assert "hookimpl" not in hooks
         return
     # a connector or an executor follows the plugin API 1.2 contracts, a stage engine and a chat
-    # model (whose stages name their architecture) the 1.3 ones, a TTS adapter that answers the
-    # detection hooks the 1.4 ones (omni_core/_version.py)
+    # model (whose stages name their architecture) the 1.3 ones, a cache backend and a TTS
+    # adapter that answers the detection hooks the 1.4 ones (omni_core/_version.py)
     kinds = {d.kind.value for d in manifest.provides}
     chat = any("chat" in d.fields.get("tasks", ()) for d in manifest.provides)
     needs = "1.3" if "stage_engine" in kinds or chat else "1.2" if kinds & {"connector", "executor"} else "1.1"
-    if any(_answers_detection_hooks(d) for d in manifest.provides):
+    if "cache_backend" in kinds or any(_answers_detection_hooks(d) for d in manifest.provides):
         needs = "1.4"
     assert manifest.omni_api == f">={needs},<2"
     body = ast.parse(hooks).body

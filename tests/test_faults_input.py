@@ -77,7 +77,14 @@ def tiny(home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     """Tiny random-weight checkpoints, made once; rows damage copies of them."""
     root = tmp_path_factory.mktemp("tiny")
     made = {}
-    for key, family in (("flux", "flux1-schnell"), ("vits", "vits"), ("speecht5", "speecht5"), ("bark", "bark")):
+    families = (
+        ("flux", "flux1-schnell"),
+        ("vits", "vits"),
+        ("speecht5", "speecht5"),
+        ("bark", "bark"),
+        ("sana", "sana"),
+    )
+    for key, family in families:
         proc = omni(home, "models", "make-tiny", family, str(root / key), cwd=root)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         made[key] = root / key
@@ -255,6 +262,19 @@ CASES = [
         "not a bark checkpoint", "drop --adapter"),
     row("speak-adapter-forced-vits-on-speecht5", lambda w: w.use("speecht5"),
         (*SPEAK, "--adapter", "vits", "--out", "a.wav"), 1, "not a vits checkpoint", "model_type 'speecht5'"),
+    # -- step caching: refused before a weight loads ----------------------------------------
+    row("gen-cache-backend-unknown", flux, (*GEN, "--cache-backend", "tea_cache", "--out", "a.png"), 1,
+        "unknown cache backend 'tea_cache' (did you mean 'teacache'?)", "installed:"),
+    row("gen-cache-config-not-json", flux, (*GEN, "--cache-backend", "teacache", "--cache-config", "{{rel: 1",
+        "--out", "a.png"), 2, "--cache-config takes a JSON object"),
+    row("gen-cache-config-unknown-option", flux, (*GEN, "--cache-backend", "teacache", "--cache-config",
+        '{{"threshold": 1}}', "--out", "a.png"), 1, "unknown option(s) 'threshold'", "rel_l1_thresh"),
+    row("gen-cache-config-without-backend", flux, (*GEN, "--cache-config", '{{"rel_l1_thresh": 1}}', "--out",
+        "a.png"), 1, "--cache-config was given without a cache backend", "--cache-backend NAME"),
+    row("gen-cache-family-declares-nothing", lambda w: w.use("sana"), (*GEN, "--cache-backend", "teacache",
+        "--out", "a.png"), 1, "has nothing to hook in family 'sana'", "Drop --cache-backend"),
+    row("gen-cache-quality-unknown", flux, (*GEN, "--cache-backend", "teacache", "--cache-quality", "best",
+        "--out", "a.png"), 1, "cache_quality", "'lossless' or 'high'"),
     # -- the runtime's own failures: exit 1, named, the cause kept for OMNI_DEBUG=1 ------------
     row("gen-runtime-failure", lambda w: flux(w).set_json("vae/config.json", "scaling_factor", "abc"),
         (*GEN, "--out", "a.png"), 1, "flux1-schnell", "failed while generating", "OMNI_DEBUG=1"),

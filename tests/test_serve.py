@@ -460,3 +460,29 @@ def test_the_listening_socket_lets_asyncio_turn_nagle_off() -> None:
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+def test_a_cache_backend_serves_and_a_request_may_ask_for_lossless(tmp_path: Path) -> None:
+    """`omni serve --cache-backend teacache`: requests reuse steps unless one asks for
+    `cache_quality: lossless`, which gives the pixels of the model without a cache."""
+    from omni_core import Omni
+
+    model = make_tiny("flux1-schnell", tmp_path / "flux", tmp_path)
+    args = ["--model", f"img={model}", "--cache-backend", "teacache", "--cache-config", '{"rel_l1_thresh": 50}']
+    server = start_server(args, home=tmp_path / "home")
+    body = {"model": "img", "prompt": "a red fox", "size": "64x64", "seed": 3, "num_inference_steps": 20}
+    try:
+        cached = httpx.post(server.url + "/v1/images/generations", json=body, timeout=120)
+        lossless = httpx.post(
+            server.url + "/v1/images/generations", json={**body, "cache_quality": "lossless"}, timeout=120
+        )
+        bad = httpx.post(server.url + "/v1/images/generations", json={**body, "cache_quality": "best"}, timeout=120)
+    finally:
+        server.kill()
+    assert cached.status_code == lossless.status_code == 200
+    assert_error(bad, 400, "cache_quality", param="cache_quality")
+    with Omni(model, progress=False) as offline:
+        reference = offline.generate("a red fox", width=64, height=64, seed=3, num_inference_steps=20)
+    want = reference.images[0].pixels
+    assert np.array_equal(pixels(lossless.json()["data"][0]["b64_json"]), want)
+    assert not np.array_equal(pixels(cached.json()["data"][0]["b64_json"]), want), "the cache reused steps"

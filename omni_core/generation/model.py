@@ -38,6 +38,10 @@ class EngineOptions(BaseModel):
     offload: tuple[str, ...] = ()
     #: options for the offload strategy, e.g. ``{"window": 2}`` for layer-wise offload
     offload_options: dict[str, Any] = Field(default_factory=dict)
+    #: the cache backend (``--cache-backend``; None: every step is computed) and its options
+    #: (``--cache-config``), checked with the family's declaration before loading
+    cache_backend: str | None = None
+    cache_config: dict[str, Any] = Field(default_factory=dict)
     #: compute dtype name; None lets the family choose (float32 on CPU)
     dtype: str | None = None
     #: show progress bars (loading, denoising steps)
@@ -70,12 +74,21 @@ class EngineOptions(BaseModel):
         if offload is None:
             offload = recipe.offload if recipe is not None else ()
         offload_options = given.get("offload_options") or (recipe.offload_options if recipe is not None else {})
+        cache_backend, cache_config = given.get("cache_backend"), given.get("cache_config")
+        recipe_cache = recipe.cache if recipe is not None else None
+        if cache_backend is None and recipe_cache is not None:
+            cache_backend = recipe_cache.backend
+            cache_config = cache_config if cache_config is not None else recipe_cache.config
+        if cache_backend is None:
+            cache_backend = env.cache_backend
         return cls(
             family=resolution.entry.name,
             provider=str(resolution.entry.provider),
             attention=attention,
             offload=(offload,) if isinstance(offload, str) else tuple(offload),
             offload_options=dict(offload_options),
+            cache_backend=cache_backend,
+            cache_config=dict(cache_config or {}),
             dtype=given.get("dtype") or (recipe.dtype if recipe is not None else None),
             progress=given.get("progress", True),
             plugins=plugins,

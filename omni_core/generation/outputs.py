@@ -109,6 +109,9 @@ class GenerationMetadata:
     #: attention backend per role that actually ran, e.g. {"self": "TORCH_SDPA"}
     attention: dict[str, str] = field(default_factory=dict)
     offload: str | None = None
+    #: the cache backend's account of this output's steps: backend, settings, quality, and the
+    #: steps it computed and reused (None: no cache backend, every step computed)
+    cache: dict[str, Any] | None = None
     device: str = "cpu"
     dtype: str = "float32"
     random_weights: bool = False
@@ -133,6 +136,7 @@ class GenerationMetadata:
             "negative_prompt": self.request.negative_prompt,
             "attention": dict(self.attention),
             "offload": self.offload,
+            "cache": dict(self.cache) if self.cache else None,
             "device": self.device,
             "dtype": self.dtype,
             "random_weights": self.random_weights,

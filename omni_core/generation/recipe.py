@@ -10,6 +10,7 @@ win over it. Unknown keys are errors, so a typo never silently does nothing::
     attention:
       default: {backend: TORCH_SDPA}
     offload: [layerwise]
+    cache: {backend: teacache, config: {rel_l1_thresh: 0.2}}
     generation: {num_inference_steps: 50, guidance_scale: 4.0, width: 1328, height: 1328}
 """
 
@@ -28,6 +29,15 @@ from omni_core.generation.request import GenerationRequest
 from omni_core.pipeline.placement import PipelinePlacement
 
 
+class CacheRecipe(BaseModel):
+    """A recipe's cache profile: the backend (``omni plugins list`` shows them) and its options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,6 +50,8 @@ class Recipe(BaseModel):
     offload: tuple[str, ...] = ()
     offload_options: dict[str, Any] = Field(default_factory=dict)
     dtype: str | None = None
+    #: the cache backend and its options (``--cache-backend`` and ``--cache-config`` win)
+    cache: CacheRecipe | None = None
     #: default generation settings (any GenerationRequest field but the prompt)
     generation: dict[str, Any] = Field(default_factory=dict)
     #: for a multi-stage model: where its stages run and how payloads travel

@@ -49,6 +49,11 @@ class GenerationRequest(BaseModel):
         description="Options of the model's own (`omni models list` and GET /v1/models name its family); "
         "an option it does not declare is refused.",
     )
+    cache_quality: Literal["lossless", "high"] | None = Field(
+        default=None,
+        description="With a cache backend: lossless computes every step (the output equals an uncached run's), "
+        "high a conservative profile; unset: the profile the model was opened with.",
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -189,6 +194,7 @@ class GenerationProfile(BaseModel):
             image=request.image,
             extra=dict(request.extra),
             task=self.task,
+            cache_quality=request.cache_quality,
         )
 
 
@@ -210,6 +216,7 @@ class ResolvedGeneration(BaseModel):
     image: Any
     extra: dict[str, Any]
     task: Task
+    cache_quality: Literal["lossless", "high"] | None = None
 
     @property
     def is_video(self) -> bool:

@@ -42,7 +42,15 @@ _FORBID = ConfigDict(extra="forbid", allow_inf_nan=False)
 # a JSON body arrives typed: as its schema says, true is no seed and "2" is no n (a form's
 # values are all text, so the video body is made strict only when it came as JSON)
 _JSON_BODY = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-_GENERATION_FIELDS = ("prompt", "negative_prompt", "num_inference_steps", "guidance_scale", "seed", "extra")
+_GENERATION_FIELDS = (
+    "prompt",
+    "negative_prompt",
+    "num_inference_steps",
+    "guidance_scale",
+    "seed",
+    "extra",
+    "cache_quality",
+)
 
 ImageGenerationBody: type[BaseModel] = create_model(
     "ImageGenerationBody",

@@ -341,6 +341,13 @@ def _check_offered_models(label: str, cls: Any) -> list[str]:
     return problems
 
 
+def _check_cache_backend(entry: Registered[Any], obj: Any) -> list[str]:
+    """The reference is a complete :class:`omni_core.cache.CacheBackend`."""
+    from omni_core.cache import cache_backend_contract_problems
+
+    return [f"cache backend {entry.name!r}: {p}" for p in cache_backend_contract_problems(obj)]
+
+
 def _check_callable(entry: Registered[Any], obj: Any) -> list[str]:
     if not callable(obj):
         return [f"{entry.spec.kind.label} {entry.name!r}: {entry.spec.ref} is not a class or callable"]
@@ -474,6 +481,7 @@ CAPABILITY_CHECKS: dict[Kind, CapabilityCheck] = {
         (Kind.EXECUTOR, _check_executor),
         (Kind.STAGE_ENGINE, _check_stage_engine),
         (Kind.OFFLOADER, _check_offloader),
+        (Kind.CACHE_BACKEND, _check_cache_backend),
         (Kind.COMMAND, _check_callable),
     )
 }

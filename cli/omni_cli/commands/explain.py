@@ -142,11 +142,13 @@ def explain_model_cmd(
     ),
     attention_config: str = typer.Option("", "--attention-config", help="Per-role attention config as JSON."),
     offload: list[str] = typer.Option([], "--offload", help="Offload strategy to check."),
+    cache_backend: str = typer.Option("", "--cache-backend", help="Cache backend to check."),
+    cache_config: str = typer.Option("", "--cache-config", help="The cache backend's options as JSON."),
     dtype: str = typer.Option("", "--dtype", help="Compute dtype to check."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Which family serves an image or video checkpoint, which attention backend each of its
-    roles gets and which offload strategy runs, and why: without loading a weight."""
+    roles gets, which offload strategy and cache backend run, and why: without loading a weight."""
     from omni_core.errors import OmniError
     from omni_core.generation.model import EngineOptions
     from omni_core.generation.recipe import load_recipe
@@ -167,6 +169,12 @@ def explain_model_cmd(
             given.update(attention=attention_config or None, attention_backend=attention_backend or None)
         if offload:
             given["offload"] = tuple(offload)
+        if cache_backend:
+            given["cache_backend"] = cache_backend
+        if cache_config:
+            from omni_cli.commands.generate import parse_json_option
+
+            given["cache_config"] = parse_json_option("--cache-config", cache_config)
         family = resolution.entry.load()
         if not callable(getattr(family, "plan", None)):
             from omni_core.errors import ModelNotServedError

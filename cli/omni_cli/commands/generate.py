@@ -83,6 +83,15 @@ def generate(
         None, "--attention-config", help='Per-role attention as JSON, e.g. {"per_role": {"cross": {"backend": "X"}}}.'
     ),
     offload: list[str] = typer.Option([], "--offload", help="Offload strategy (`omni plugins list` shows them)."),
+    cache_backend: str | None = typer.Option(
+        None, "--cache-backend", help="Step cache backend, e.g. teacache (`omni plugins list` shows them)."
+    ),
+    cache_config: str | None = typer.Option(
+        None, "--cache-config", help='The cache backend\'s options as JSON, e.g. {"rel_l1_thresh": 0.4}.'
+    ),
+    cache_quality: str | None = typer.Option(
+        None, "--cache-quality", help="lossless (every step computed) or high (a conservative profile)."
+    ),
     dtype: str | None = typer.Option(None, "--dtype", help="Compute dtype, e.g. bfloat16. Default: the family's."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
@@ -109,6 +118,7 @@ def generate(
         "num_frames": frames,
         "fps": fps,
         "image": str(image) if image is not None else None,
+        "cache_quality": cache_quality,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
     if extra:
@@ -154,6 +164,10 @@ def generate(
             options["attention_backend"] = attention_backend
         if offload:
             options["offload"] = tuple(offload)
+        if cache_backend is not None:
+            options["cache"] = cache_backend
+        if cache_config is not None:
+            options["cache_config"] = parse_json_option("--cache-config", cache_config)
         if default:
             typer.echo(
                 f"note: no --model given, so this is the embedded default: a tiny {DEFAULT_IMAGE_FAMILY} model "
@@ -182,12 +196,36 @@ def generate(
         ("size", shape),
         ("attention", ", ".join(f"{role}: {backend}" for role, backend in sorted(meta.attention.items()))),
         ("offload", meta.offload or "none"),
+        *((("cache", cache_row(meta.cache)),) if meta.cache else ()),
         ("time", f"load {loaded - start:.2f} s, generate {meta.seconds:.2f} s on {meta.device} ({meta.dtype})"),
         *(("wrote", str(p)) for p in written),
     ]
     width_ = max(len(k) for k, _ in rows)
     for key, value in rows:
         typer.echo(f"{key:<{width_}}  {value}")
+
+
+def cache_row(cache: dict[str, Any]) -> str:
+    """``teacache (rel_l1_thresh=0.4, ...): 12 of 20 steps computed, 8 reused``"""
+    steps = len(cache["computed"]) + len(cache["reused"])
+    quality = f", quality {cache['quality']}" if cache.get("quality") else ""
+    return (
+        f"{cache['backend']} ({cache['settings']}{quality}): {len(cache['computed'])} of {steps} steps computed, "
+        f"{len(cache['reused'])} reused"
+    )
+
+
+def parse_json_option(flag: str, text: str) -> dict[str, Any]:
+    """A JSON object given on the command line, or a usage error naming the flag."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise fail(f"{flag} takes a JSON object, e.g. '{{\"rel_l1_thresh\": 0.4}}': {exc}", 2) from None
+    if not isinstance(value, dict):
+        raise fail(f"{flag} takes a JSON object, e.g. '{{\"rel_l1_thresh\": 0.4}}', not {text!r}", 2)
+    return value
 
 
 def _parse_extra(items: list[str]) -> dict[str, Any]:

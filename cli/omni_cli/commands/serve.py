@@ -72,6 +72,10 @@ def serve(
         [], "--offload", metavar="STRATEGY", help="Offload strategy of every image and video model."
     ),
     dtype: str | None = typer.Option(None, "--dtype", help="Compute dtype of every image and video model."),
+    cache_backend: str | None = typer.Option(
+        None, "--cache-backend", help="Step cache backend of every image and video model (e.g. teacache)."
+    ),
+    cache_config: str | None = typer.Option(None, "--cache-config", help="The cache backend's options as JSON."),
     stage: list[str] = typer.Option(
         [],
         "--stage",
@@ -101,6 +105,12 @@ def serve(
         engine["offload"] = tuple(offload)
     if dtype:
         engine["dtype"] = dtype
+    if cache_backend:
+        engine["cache"] = cache_backend
+    if cache_config:
+        from omni_cli.commands.generate import parse_json_option
+
+        engine["cache_config"] = parse_json_option("--cache-config", cache_config)
     try:
         config = ServerConfig(
             models=tuple(ModelSource(**s) for s in sources),

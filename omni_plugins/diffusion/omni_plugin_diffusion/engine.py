@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.attention.selector import AttentionChoice, CallProfile, explain_attention
+from omni_core.cache import CacheChoice, CacheTarget, choose_cache_backend
 from omni_core.cancel import check_cancelled
 from omni_core.errors import ModelLoadError, ModelRuntimeError, OmniError
 from omni_core.generation.outputs import GeneratedImage, GeneratedVideo, GenerationMetadata, GenerationResult
@@ -42,6 +43,7 @@ from omni_core.tiny import has_random_weights
 from omni_plugin_diffusion.attention import AttentionRouter
 
 if TYPE_CHECKING:
+    from omni_core.cache import CacheBackend
     from omni_core.generation.model import EngineOptions
     from omni_core.offload import Offloader
     from omni_plugin_diffusion.family import DiffusersFamily
@@ -51,14 +53,15 @@ __all__ = ["DiffusionEngine", "ModelLoadError", "StartupPlan", "plan_startup"]
 
 @dataclass
 class StartupPlan:
-    """Every choice made before a weight is read: dtype, attention per role, offload strategy.
-    ``omni explain model`` shows it without loading; the engine then acts on it."""
+    """Every choice made before a weight is read: dtype, attention per role, offload strategy,
+    cache backend. ``omni explain model`` shows it without loading; the engine then acts on it."""
 
     plugins: Any
     platform: Any
     dtype: str
     choices: dict[str, AttentionChoice]
     offload: OffloadChoice | None
+    cache: CacheChoice | None
     explanations: dict[str, Explanation] = field(default_factory=dict)
 
 
@@ -96,7 +99,17 @@ def plan_startup(family_cls: type[DiffusersFamily], model_dir: Path, options: En
     features = {f"family:{options.family}", f"platform:{platform.name}", *family_cls.features}
     features |= {f"attention:{c.backend}" for c in choices.values()}
     offload, explanations["offload"] = choose_offloader(plugins, options.offload, features, platform)
-    return StartupPlan(plugins, platform, dtype, choices, offload, explanations)
+    if offload is not None:
+        features.add(f"offload:{offload.name}")
+    cache, explanations["cache"] = choose_cache_backend(
+        plugins,
+        options.cache_backend,
+        options.cache_config,
+        options.family,
+        family_cls.cache_declarations_for(model_dir),
+        features,
+    )
+    return StartupPlan(plugins, platform, dtype, choices, offload, cache, explanations)
 
 
 class DiffusionEngine:
@@ -138,11 +151,20 @@ class DiffusionEngine:
             self.offloader = startup.offload.offloader_class(self.offload_plan(), self.device, offload_options)
             self.offloader.check()
             self.offloader.enable()
+        self.cache: CacheBackend | None = None
+        if startup.cache is not None:
+            declarations = family_cls.cache_declarations_for(model_dir)
+            declaration = next(v for k, v in declarations.items() if k.casefold() == startup.cache.name.casefold())
+            target = CacheTarget(self.family, self.pipeline, self.pipeline.transformer, declaration)
+            self.cache = startup.cache.backend_class(target, startup.cache.options)
+            self.cache.enable()
         self.pipeline.set_progress_bar_config(disable=not options.progress, desc=f"{self.family} denoising")
         self.random_weights = has_random_weights(model_dir)
         #: the pipeline argument through which it calls back after each denoising step (where
         #: cancellation is checked): "callback_on_step_end", the older "callback", or None
         self.step_callback = _step_callback_argument(self.pipeline)
+        #: the cache backend's account of the last pipeline call (None without one)
+        self.cache_report: dict[str, Any] | None = None
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -212,7 +234,7 @@ class DiffusionEngine:
         kwargs = self.family_cls.call_kwargs(resolved, self.pipeline)
         # a CPU generator makes the initial noise identical on every device for a given seed
         kwargs["generator"] = torch.Generator(device="cpu").manual_seed(resolved.seed)
-        output, seconds = self._run(kwargs)
+        output, seconds = self._run(kwargs, resolved)
         metadata = self._metadata(resolved, seconds)
         if resolved.is_video:
             videos = [GeneratedVideo(_to_uint8(v), fps=resolved.fps or 1, index=i) for i, v in enumerate(output.frames)]
@@ -260,7 +282,7 @@ class DiffusionEngine:
                     f"family's call_kwargs depends on the prompt or seed, so it must set batchable = False"
                 )
         kwargs["generator"] = [torch.Generator(device="cpu").manual_seed(r.seed) for r in resolved]
-        output, seconds = self._run(kwargs)
+        output, seconds = self._run(kwargs, resolved[0])
         images = list(output.images)
         if len(images) != len(resolved):
             raise ModelRuntimeError(
@@ -278,9 +300,11 @@ class DiffusionEngine:
 
     # -- one pipeline call -------------------------------------------------------------------
 
-    def _run(self, kwargs: dict[str, Any]) -> tuple[Any, float]:
+    def _run(self, kwargs: dict[str, Any], resolved: ResolvedGeneration) -> tuple[Any, float]:
         """Call the pipeline (numpy output, cancellation checked between steps); returns the
-        output and the seconds it took. The runtime's own failures become ModelRuntimeError."""
+        output and the seconds it took. The runtime's own failures become ModelRuntimeError.
+        The cache backend starts afresh for every call: nothing computed for another request
+        (another prompt, size or seed) is ever reused."""
         import torch
 
         kwargs["output_type"] = "np"
@@ -290,6 +314,9 @@ class DiffusionEngine:
             _check_cancelled_each_step_legacy(kwargs)
         check_cancelled()  # a request cancelled while it waited never starts
         self.router.reset()
+        if self.cache is not None:
+            self.cache.refresh(resolved.num_inference_steps, resolved.cache_quality)
+        self.cache_report = None
         started = time.perf_counter()
         try:
             with torch.inference_mode():
@@ -299,6 +326,14 @@ class DiffusionEngine:
         except Exception as exc:  # the runtime's own failure: named, with the cause chained for OMNI_DEBUG=1
             raise ModelRuntimeError(self._run_failure(exc)) from exc
         seconds = time.perf_counter() - started
+        if self.cache is not None:
+            report = self.cache.report()
+            self.cache_report = {
+                "backend": self.cache.name,
+                "settings": self.cache.describe(),
+                "quality": resolved.cache_quality,
+                **report.as_dict(),
+            }
         self._check_attention_ran()
         return output, seconds
 
@@ -310,6 +345,7 @@ class DiffusionEngine:
             request=resolved,
             attention=self.router.ran(),
             offload=self.offloader.name if self.offloader else None,
+            cache=dict(self.cache_report) if self.cache_report else None,
             device=str(self.device),
             dtype=self.dtype,
             random_weights=self.random_weights,
@@ -346,6 +382,8 @@ class DiffusionEngine:
         return dict(self.explanations)
 
     def close(self) -> None:
+        if self.cache is not None and self.cache.is_enabled():
+            self.cache.disable()
         if self.offloader is not None and self.offloader.is_enabled():
             self.offloader.disable()
         self.router.detach()

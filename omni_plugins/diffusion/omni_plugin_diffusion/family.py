@@ -55,6 +55,10 @@ class DiffusersFamily:
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
     resident_modules: ClassVar[tuple[str, ...]] = ("vae",)
     block_attrs: ClassVar[tuple[str, ...]] = ("transformer.transformer_blocks",)
+    #: what each cache backend needs of this family, by backend name (see the backend's docs:
+    #: TeaCache takes the extractor and coefficients, Cache-DiT the block lists and their
+    #: forward pattern). A backend the family declares nothing for is refused for it
+    cache_declarations: ClassVar[dict[str, dict[str, Any]]] = {}
     #: feature tags other extensions may declare themselves incompatible with
     features: ClassVar[tuple[str, ...]] = ()
     #: whether requests that differ only in prompt, negative prompt and seed may run as one
@@ -108,6 +112,12 @@ class DiffusersFamily:
         defaults from its configs (a distilled variant's guidance, a 720p variant's size).
         Called before loading, so it reads JSON only."""
         return cls.profile
+
+    @classmethod
+    def cache_declarations_for(cls, model_dir: Path) -> dict[str, dict[str, Any]]:
+        """The cache declarations for one checkpoint: :attr:`cache_declarations`, unless the
+        family picks them by the checkpoint (a model size's own coefficients). Reads JSON only."""
+        return cls.cache_declarations
 
     @classmethod
     def plan(cls, model_dir: Path, options: EngineOptions) -> dict[str, Explanation]:

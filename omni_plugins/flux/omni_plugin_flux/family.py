@@ -92,6 +92,23 @@ class Flux1Family(DiffusersFamily):
     encoder_modules = ("text_encoder", "text_encoder_2")
     resident_modules = ("vae",)
     block_attrs = ("transformer.transformer_blocks", "transformer.single_transformer_blocks")
+    cache_declarations: ClassVar[dict[str, dict[str, Any]]] = {
+        # TeaCache's published FLUX.1 rescaling (TeaCache4FLUX), fitted on the first
+        # double-stream block's norm1 output; 0.4 is its ~1.8x setting (0.25: 1.5x, 0.6: 2x)
+        "teacache": {
+            "extractor": "flux",
+            "coefficients": [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01],
+            "rel_l1_thresh": 0.4,
+            "blocks": ["transformer_blocks", "single_transformer_blocks"],
+            "block_outputs": ["encoder_hidden_states", "hidden_states"],
+        },
+        # both block lists take (hidden_states, encoder_hidden_states, ...) and return
+        # (encoder_hidden_states, hidden_states): cache-dit's Pattern_1
+        "cache_dit": {
+            "blocks": ["transformer_blocks", "single_transformer_blocks"],
+            "forward_patterns": ["Pattern_1", "Pattern_1"],
+        },
+    }
     #: T5 prompt tokens when the request does not say (the pipeline's own limit is 512)
     max_sequence_length: ClassVar[int] = 512
     max_sequence_limit: ClassVar[int] = 512

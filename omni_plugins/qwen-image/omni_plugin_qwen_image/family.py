@@ -76,6 +76,20 @@ class QwenImage(DiffusersFamily):
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder",)
     resident_modules: ClassVar[tuple[str, ...]] = ("vae",)
     block_attrs: ClassVar[tuple[str, ...]] = ("transformer.transformer_blocks",)
+    cache_declarations: ClassVar[dict[str, dict[str, Any]]] = {
+        # no TeaCache fit for Qwen-Image is published by its authors; these coefficients are
+        # the ones the reference system ships for it (provisional: fitted on no omni run)
+        "teacache": {
+            "extractor": "qwen-image",
+            "coefficients": [-4.5e02, 2.8e02, -4.5e01, 3.2e00, -2.0e-02],
+            "rel_l1_thresh": 0.2,
+            "blocks": ["transformer_blocks"],
+            "block_outputs": ["encoder_hidden_states", "hidden_states"],
+        },
+        # each block takes (hidden_states, encoder_hidden_states, ...) and returns
+        # (encoder_hidden_states, hidden_states): cache-dit's Pattern_1
+        "cache_dit": {"blocks": ["transformer_blocks"], "forward_patterns": ["Pattern_1"]},
+    }
     default_dtypes: ClassVar[dict[str, str]] = {"cpu": "float32"}
     fallback_dtype: ClassVar[str] = "bfloat16"
 

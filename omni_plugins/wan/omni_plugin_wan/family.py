@@ -14,6 +14,8 @@ pipeline hands denoising over to ``transformer_2`` once the timestep falls below
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from omni_plugin_diffusion.family import AttentionRoles, DiffusersFamily
@@ -145,6 +147,29 @@ def _profile(task: Task, width: int, height: int, *, steps: int, guidance: float
     )
 
 
+#: TeaCache's published Wan 2.1 rescaling in its "retention steps" mode (fitted on the
+#: timestep projection each block receives), by transformer depth: 30 blocks is the 1.3B
+#: model, 40 the 14B one; their suggested thresholds are 0.08 and 0.2
+WAN_TEACACHE_BY_LAYERS: dict[int, tuple[list[float], float]] = {
+    30: ([-5.21862437e04, 9.23041404e03, -5.28275948e02, 1.36987616e01, -4.99875664e-02], 0.08),
+    40: ([-3.03318725e05, 4.90537029e04, -2.65530556e03, 5.87365115e01, -3.15583525e-01], 0.2),
+}
+
+
+def _wan_teacache(layers: int) -> dict[str, Any]:
+    coefficients, threshold = WAN_TEACACHE_BY_LAYERS.get(layers, WAN_TEACACHE_BY_LAYERS[30])
+    return {
+        "extractor": "wan",
+        "coefficients": coefficients,
+        "rel_l1_thresh": threshold,
+        "blocks": ["blocks"],
+        "block_outputs": ["hidden_states"],
+        # the retention mode always computes the first 5 steps, and may reuse the last
+        "warmup_steps": 5,
+        "compute_last_step": False,
+    }
+
+
 class _WanBase(DiffusersFamily):
     attention_roles: ClassVar[AttentionRoles] = _WAN_ROLES
     attention_masks: ClassVar[bool] = False
@@ -171,7 +196,27 @@ class _TwoExperts:
         return kwargs
 
 
-class Wan21TextToVideo(_WanBase):
+class _OneExpertCaching:
+    """Wan 2.1's one transformer: TeaCache with the coefficients of its size, and Cache-DiT
+    over its block list (each block takes (hidden_states, encoder_hidden_states, ...) and
+    returns hidden_states: cache-dit's Pattern_2)."""
+
+    cache_declarations: ClassVar[dict[str, dict[str, Any]]] = {
+        "teacache": _wan_teacache(30),
+        "cache_dit": {"blocks": ["blocks"], "forward_patterns": ["Pattern_2"]},
+    }
+
+    @classmethod
+    def cache_declarations_for(cls, model_dir: Path) -> dict[str, dict[str, Any]]:
+        try:
+            config = json.loads((Path(model_dir) / "transformer" / "config.json").read_text(encoding="utf-8"))
+            layers = int(config.get("num_layers", 30))
+        except (OSError, ValueError, TypeError):
+            layers = 30
+        return {**cls.cache_declarations, "teacache": _wan_teacache(layers)}
+
+
+class Wan21TextToVideo(_OneExpertCaching, _WanBase):
     """Wan 2.1 T2V (1.3B and 14B): 480p by default, 81 frames at 16 fps."""
 
     pipeline_class = "WanPipeline"
@@ -207,7 +252,7 @@ class Wan22TextToVideo(_TwoExperts, _WanBase):
         }
 
 
-class Wan21ImageToVideo(_WanBase):
+class Wan21ImageToVideo(_OneExpertCaching, _WanBase):
     """Wan 2.1 I2V 14B (480p and 720p checkpoints): animates an input image. The transformer
     takes 36 input channels (16 noise + 16 encoded first frame + 4 mask) and attends to the
     image's CLIP tokens (``image_encoder``, a ViT-H ``CLIPVisionModel``) next to the prompt."""
