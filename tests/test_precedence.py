@@ -114,6 +114,22 @@ def test_cli_offload_flag_beats_recipe(home: Path, tiny: Path, recipe: Path) -> 
 
 
 @needs_flux
+def test_cli_cache_backend_flag_beats_recipe_beats_environment(home: Path, tiny: Path) -> None:
+    recipe = home / "cache.yaml"
+    recipe.write_text("cache: {backend: teacache, config: {rel_l1_thresh: 0.3}}\n")
+
+    def winner(*args: str, **env: str) -> str | None:
+        selection = _plan(home, tiny, *args, **env)["cache"]
+        return None if selection["winner"] is None else str(selection["winner"])
+
+    assert winner() is None  # nothing cached unless asked
+    assert winner(OMNI_CACHE_BACKEND="cache_dit") == "cache_dit"
+    assert winner("--recipe", str(recipe), OMNI_CACHE_BACKEND="cache_dit") == "teacache"
+    assert winner("--recipe", str(recipe), "--cache-backend", "cache_dit") == "cache_dit"
+    assert winner("--recipe", str(recipe), "--cache-backend", "none") is None
+
+
+@needs_flux
 def test_cli_generate_runs_what_the_precedence_chose(home: Path, tiny: Path) -> None:
     """``omni generate`` itself: attention and dtype from the recipe beat the environment, and
     the flags beat the recipe (``--attention-backend`` once read OMNI_ATTENTION_BACKEND as if it
@@ -239,6 +255,8 @@ def test_api_platform_environment_beats_config_file(tmp_path: Path) -> None:
 def test_engine_settings_read_the_environment() -> None:
     assert EngineSettings.from_env({}).attention_backend is None
     assert EngineSettings.from_env({"OMNI_ATTENTION_BACKEND": " chunked_attn "}).attention_backend == "chunked_attn"
+    assert EngineSettings.from_env({}).cache_backend is None
+    assert EngineSettings.from_env({"OMNI_CACHE_BACKEND": " teacache "}).cache_backend == "teacache"
 
 
 @pytest.fixture(scope="module")

@@ -156,8 +156,12 @@ WAN_TEACACHE_BY_LAYERS: dict[int, tuple[list[float], float]] = {
 }
 
 
-def _wan_teacache(layers: int) -> dict[str, Any]:
-    coefficients, threshold = WAN_TEACACHE_BY_LAYERS.get(layers, WAN_TEACACHE_BY_LAYERS[30])
+#: the same method's published fit for Wan 2.1 I2V 14B at 480p (retention mode)
+WAN_I2V_TEACACHE = ([2.57151496e05, -3.54229917e04, 1.40286849e03, -1.35890334e01, 1.32517977e-01], 0.2)
+
+
+def _wan_teacache(layers: int, fit: tuple[list[float], float] | None = None) -> dict[str, Any]:
+    coefficients, threshold = fit or WAN_TEACACHE_BY_LAYERS.get(layers, WAN_TEACACHE_BY_LAYERS[30])
     return {
         "extractor": "wan",
         "coefficients": coefficients,
@@ -206,6 +210,9 @@ class _OneExpertCaching:
         "cache_dit": {"blocks": ["blocks"], "forward_patterns": ["Pattern_2"]},
     }
 
+    #: a fit of its own instead of the text-to-video one chosen by depth (image-to-video)
+    teacache_fit: ClassVar[tuple[list[float], float] | None] = None
+
     @classmethod
     def cache_declarations_for(cls, model_dir: Path) -> dict[str, dict[str, Any]]:
         try:
@@ -213,7 +220,7 @@ class _OneExpertCaching:
             layers = int(config.get("num_layers", 30))
         except (OSError, ValueError, TypeError):
             layers = 30
-        return {**cls.cache_declarations, "teacache": _wan_teacache(layers)}
+        return {**cls.cache_declarations, "teacache": _wan_teacache(layers, cls.teacache_fit)}
 
 
 class Wan21TextToVideo(_OneExpertCaching, _WanBase):
@@ -260,6 +267,7 @@ class Wan21ImageToVideo(_OneExpertCaching, _WanBase):
     pipeline_class = "WanImageToVideoPipeline"
     profile = _profile("image-to-video", 832, 480, steps=50, guidance=5.0)
     encoder_modules: ClassVar[tuple[str, ...]] = ("text_encoder", "image_encoder")
+    teacache_fit = WAN_I2V_TEACACHE
 
     @classmethod
     def tiny_components(cls, seed: int) -> dict[str, Any]:

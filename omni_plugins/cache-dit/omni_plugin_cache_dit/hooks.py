@@ -1,0 +1,1 @@
+from omni_core.declared import *  # noqa: F403
