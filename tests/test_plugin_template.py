@@ -6,10 +6,12 @@ templates must keep. The slow ones render with the ``omni`` executable of a venv
 (so the templates must ship with the installed omni-plugin-template), ``pip install`` the
 result, check that omni lists it as "ok", and run the rendered package's own test suite there.
 
-The model kind renders an image family on omni's diffusion runtime: it is installed with
-``omni-plugin-diffusion`` (from this checkout), omni lists it without torch, and its suite,
-end-to-end generation included, runs with this interpreter's torch, diffusers and transformers
-lent to the venv (:func:`generation_stack`), as a user's own install of them would be.
+The model kind renders an image family on omni's diffusion runtime, and the cache kind a cache
+backend whose tests run on a tiny FLUX.1 pipeline built with that runtime's helpers: both are
+installed with ``omni-plugin-diffusion`` (from this checkout), omni lists them without torch,
+and their suites, end-to-end generation included, run with this interpreter's torch, diffusers
+and transformers lent to the venv (:func:`generation_stack`), as a user's own install of them
+would be.
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}")
 #: modules a rendered hooks.py may import at run time (anything else would load with omni)
 HOOK_IMPORTS = {"__future__", "typing", "omni_core"}
 #: the implementation module each kind renders, when it is not named after the kind
-IMPLEMENTATION = {"model": "family"}
+IMPLEMENTATION = {"model": "family", "cache": "backend"}
 #: the test modules each kind renders beside test_conformance.py, when not test_<kind>.py
 KIND_TESTS = {"model": ("test_family.py", "test_generate.py")}
 #: the distribution a rendered model family depends on, installed beside it from this checkout
 DIFFUSION_PLUGIN = REPO / "omni_plugins" / "diffusion"
+#: the kinds whose rendered suites run on omni's diffusion runtime (installed beside them)
+ON_DIFFUSION = ("model", "cache")
 
 
 def plugin_name(kind: str) -> str:
@@ -87,7 +91,7 @@ def test_unknown_kind_is_refused_with_the_choices(tmp_path: Path) -> None:
     result = cli(tmp_path, "new-plugin", "--kind", "widget", "acme", "-o", tmp_path / "out")
     assert result.returncode != 0
     assert "unknown kind 'widget'" in result.stderr
-    assert "choose one of: model, tts, attention, platform, connector, offloader, executor" in result.stderr
+    assert "choose one of: model, tts, attention, platform, connector, offloader, executor, cache" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -172,7 +176,9 @@ def test_pyproject_declares_the_plugin_without_torch(rendered_here: dict[str, Pa
     # runtime (which brings diffusers and transformers); no kind depends on torch
     expected = {"tts": "omni-core[speech]>=0.1,<0.2", "model": "omni-plugin-diffusion>=0.1,<0.2"}
     assert project["dependencies"] == [expected.get(kind, "omni-core>=0.1,<0.2")]
-    assert project["optional-dependencies"] == {"test": ["pytest>=8"]}
+    # a cache backend's tests build a tiny pipeline with the diffusion runtime's helpers
+    test_extra = ["pytest>=8", *(["omni-plugin-diffusion>=0.1,<0.2"] if kind == "cache" else [])]
+    assert project["optional-dependencies"] == {"test": test_extra}
     assert project["entry-points"]["omni.plugins"] == {values["name"]: f"{values['package']}.hooks"}
     assert data["tool"]["setuptools"]["package-data"] == {values["package"]: ["omni_plugin.toml"]}
 
@@ -201,8 +207,9 @@ def test_hooks_register_exactly_what_the_manifest_declares(rendered_here: dict[s
             hook(registry=registrar)
     assert compare_with_manifest(manifest, registrars) == []
     # it uses omni_core.declared, new in plugin API 1.1; a connector is a Connector subclass, and
-    # the executor kind is new, in 1.2
-    assert manifest.omni_api == (">=1.2,<2" if kind in ("connector", "executor") else ">=1.1,<2")
+    # the executor kind is new, in 1.2; the cache backend kind is new in 1.4
+    api = {"connector": ">=1.2,<2", "executor": ">=1.2,<2", "cache": ">=1.4,<2"}
+    assert manifest.omni_api == api.get(kind, ">=1.1,<2")
     for declared in manifest.provides:  # references point into the package and stay lazy
         assert declared.ref.startswith(f"{values['package']}.")
         assert declared.ref.partition(":")[0] not in sys.modules
@@ -251,6 +258,42 @@ def test_kit_checks_an_offloader_against_the_contract(rendered_here: dict[str, P
     assert "abstract methods not implemented: ['disable', 'is_enabled', 'resident']" in unfinished
     [plain] = check(entry, object)
     assert "is not a subclass of omni_core.offload.Offloader" in plain
+
+
+def test_kit_checks_a_cache_backend_against_the_contract(
+    rendered_here: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kit's cache backend check passes the rendered backend (importable without torch) and
+    names what a broken one lacks."""
+    from omni_core.cache import CacheBackend
+
+    check = CAPABILITY_CHECKS[Kind.CACHE_BACKEND]
+    name = plugin_name("cache")
+    values = placeholders("cache", name)
+    # imported by its package name (its dataclasses need their module in sys.modules), so the
+    # manifest beside it names the class, as when omni loads it
+    monkeypatch.syspath_prepend(str(rendered_here["cache"]))
+    for module in [m for m in sys.modules if m.split(".")[0] == values["package"]]:
+        monkeypatch.delitem(sys.modules, module)
+    module = importlib.import_module(f"{values['package']}.backend")
+    backend = getattr(module, f"{values['class_prefix']}CacheBackend")
+    assert backend.name == name
+    entry = _registered(Kind.CACHE_BACKEND, name, "acme.backend:B")
+    assert check(entry, backend) == []
+    # the options and declarations omni checks before loading, answered without a model
+    assert backend.option_problems({"threshold": 0.2, "warmup_steps": 2}) == []
+    assert backend.option_problems({"threshold": 0}) == ["threshold must be a number above 0, not 0"]
+    assert backend.declaration_problems("flux1-schnell", {"blocks": ["transformer_blocks"]}) == [
+        "it lacks 'block_outputs' (what a block returns, in order (hidden_states among them))"
+    ]
+
+    class Unfinished(CacheBackend):
+        def enable(self) -> None: ...
+
+    [unfinished] = check(entry, Unfinished)
+    assert "abstract methods not implemented: ['disable', 'is_enabled', 'refresh', 'report']" in unfinished
+    [plain] = check(entry, object)
+    assert "is not a subclass of omni_core.cache.CacheBackend" in plain
 
 
 #: a connector that breaks the contract where it is easy to: a module of its own, so the kit's
@@ -698,8 +741,9 @@ def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
 ) -> None:
     root = rendered[kind]
     values = placeholders(kind, plugin_name(kind))
-    # a model family installs with the diffusion runtime it depends on
-    runtime = [request.getfixturevalue("diffusion_src")] if kind == "model" else []
+    # a model family installs with the diffusion runtime it depends on, a cache backend with
+    # the runtime its tests build a tiny pipeline with
+    runtime = [request.getfixturevalue("diffusion_src")] if kind in ON_DIFFUSION else []
     venv = install_plugins(root, *runtime)
 
     # listed and loaded without torch: its hooks import nothing heavy
@@ -712,8 +756,8 @@ def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
     assert [(p["kind"], p["name"]) for p in plugin["provides"]] == [expected_extension(kind)]
 
     # The package's own suite, from outside its source tree so the installed copy is tested.
-    # A model family's suite makes a tiny checkpoint and generates with it: it runs with torch
-    # and the diffusers stack lent to the venv.
+    # A model family's suite makes a tiny checkpoint and generates with it, a cache backend's
+    # runs a tiny pipeline: they run with torch and the diffusers stack lent to the venv.
     runner = venv.with_site(request.getfixturevalue("generation_stack"), venv.home) if runtime else venv
     result = runner.run(
         [runner.python, "-m", "pytest", root / "tests", "-p", "no:cacheprovider", "-q", "-rA"],
@@ -728,10 +772,17 @@ def test_rendered_plugin_installs_loads_and_passes_its_own_tests(
     skips = [line for line in output.splitlines() if line.startswith("SKIPPED")]
     assert all("torch" in line for line in skips), output
     assert bool(skips) == (kind == "attention"), output
+    passed = {line.split()[1].partition("/tests/")[2] for line in output.splitlines() if line.startswith("PASSED")}
     if kind == "model":  # the end-to-end generation ran, and passed
-        passed = {line.split()[1].partition("/tests/")[2] for line in output.splitlines() if line.startswith("PASSED")}
         assert "test_generate.py::test_generates_images_end_to_end" in passed, output
         assert "test_family.py::test_resolution" in passed, output
+    if kind == "cache":  # the backend really ran on the tiny pipeline, and passed
+        for test in (
+            "test_lossless_gives_the_pixels_of_no_cache",
+            "test_caching_runs_fewer_block_passes_counted",
+            "test_disable_restores_the_model_exactly",
+        ):
+            assert f"test_cache.py::{test}" in passed, output
 
 
 #: run in the venv with every kind installed: the rendered offloader serving the rendered
@@ -758,6 +809,36 @@ print(json.dumps({{
     "offload": offloaded.metadata.offload, "family": offloaded.metadata.family, "events": events,
     "hooked": hooked, "hooked_after_close": [bool(unit._forward_pre_hooks) for unit in units],
     "enabled_after_close": strategy.is_enabled(),
+}}))
+"""
+
+
+#: the rendered cache backend serving the rendered family through omni's runtime, once the
+#: family declares settings for it, against the same generation without a cache backend
+_CACHE_THE_FAMILY = """
+import json, sys
+from pathlib import Path
+from omni_core import Omni
+from {package}.family import {family}
+
+directory = Path(sys.argv[1])
+{family}.make_tiny(directory, seed=0)
+# the family declares settings for the backend under its name: its one block list, whose
+# blocks return hidden_states alone
+{family}.cache_declarations = {{"{cache}": {{"blocks": ["transformer_blocks"], "block_outputs": ["hidden_states"]}}}}
+fields = dict(width=32, height=32, num_inference_steps=8, seed=0)
+with Omni(directory, progress=False) as omni:
+    plain = omni.generate("a red fox in snow", **fields)
+with Omni(directory, progress=False, cache="{cache}", cache_config={{"threshold": 2.0}}) as omni:
+    cached = omni.generate("a red fox in snow", **fields)
+    lossless = omni.generate("a red fox in snow", cache_quality="lossless", **fields)
+    backend, blocks = omni.generation.cache, list(omni.generation.pipeline.transformer.transformer_blocks)
+    hooked = ["forward" in vars(block) for block in blocks]
+print(json.dumps({{
+    "lossless_same_pixels": bool((plain.images[0].pixels == lossless.images[0].pixels).all()),
+    "cache": cached.metadata.cache, "lossless": lossless.metadata.cache, "family": cached.metadata.family,
+    "hooked": hooked, "hooked_after_close": ["forward" in vars(block) for block in blocks],
+    "enabled_after_close": backend.is_enabled(),
 }}))
 """
 
@@ -802,5 +883,22 @@ def test_all_kinds_install_side_by_side(
     encoder, denoiser = ["text_encoder", ["vae", "text_encoder"]], ["transformer", ["vae", "transformer"]]
     assert report["events"] == [encoder, encoder, denoiser, denoiser]
     # hooked while the model was open; closing it removed every hook
+    assert report["hooked"] == [True, True]
+    assert report["hooked_after_close"] == [False, False] and not report["enabled_after_close"]
+
+    # The cache template serves the model template through omni's runtime once the family
+    # declares settings for it: lossless gives the pixels of no cache, the startup profile
+    # reuses steps, and closing the model removes every wrapper.
+    cache_name = plugin_name("cache")
+    script = _CACHE_THE_FAMILY.format(package=model["package"], family=model["class_prefix"], cache=cache_name)
+    result = runner.run([runner.python, "-c", script, tmp_path / "tiny-cached"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["lossless_same_pixels"] and report["family"] == model["name"]
+    assert report["lossless"]["computed"] == list(range(8)) and report["lossless"]["reused"] == []
+    cache = report["cache"]
+    assert (cache["backend"], cache["quality"]) == (cache_name, None)
+    assert sorted(cache["computed"] + cache["reused"]) == list(range(8)) and cache["reused"]
+    assert {0, 7} <= set(cache["computed"])  # the warm-up step and the last step always compute
     assert report["hooked"] == [True, True]
     assert report["hooked_after_close"] == [False, False] and not report["enabled_after_close"]

@@ -34,6 +34,7 @@ KIND_CHOICES: dict[str, Kind] = {
     "connector": Kind.CONNECTOR,
     "offloader": Kind.OFFLOADER,
     "executor": Kind.EXECUTOR,
+    "cache": Kind.CACHE_BACKEND,
 }
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")

@@ -11,7 +11,9 @@ from omni_cli.output import fail
 
 def new_plugin(
     name: str = typer.Argument(..., help="Plugin name, e.g. 'my-backend' (becomes omni-plugin-my-backend)."),
-    kind: str = typer.Option(..., "--kind", help="model, tts, attention, platform, connector, offloader or executor."),
+    kind: str = typer.Option(
+        ..., "--kind", help="model, tts, attention, platform, connector, offloader, executor or cache."
+    ),
     output: Path = typer.Option(Path("."), "--output", "-o", help="Directory to create the package in."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing directory."),
 ) -> None:

@@ -42,7 +42,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from omni_core.cache import CACHE_QUALITIES, CacheBackend, CacheConfigError, CacheQuality, CacheTarget, StepReport
 
@@ -180,8 +180,6 @@ def _quiet_cache_dit() -> Any:
 
 class CacheDitBackend(CacheBackend):
     """cache-dit's DBCache on a diffusion transformer whose family declares its block lists."""
-
-    name: ClassVar[str]
 
     def __init__(self, target: CacheTarget, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(target, options)
